@@ -1,0 +1,124 @@
+"""Kernels on PyTorch CPU: the backend's table, op name → kernel builder.
+
+A kernel builder receives the node once, at compile time, reads its attributes and any constant
+inputs, and returns a plain callable over torch tensors (None for an omitted optional input)
+that returns one tensor, or a tuple for a multi-output op. Everything that can be decided from
+the node is decided in the builder, never per call.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..errors import KernelBuildError
+from ..ir import DType, Node
+
+Kernel = Callable[..., "torch.Tensor | tuple[torch.Tensor, ...]"]
+KernelBuilder = Callable[[Node], Kernel]
+KERNELS: dict[str, KernelBuilder] = {}
+
+TORCH_DTYPES: dict[DType, torch.dtype] = {
+    DType.FLOAT: torch.float32, DType.DOUBLE: torch.float64, DType.FLOAT16: torch.float16,
+    DType.BFLOAT16: torch.bfloat16, DType.INT8: torch.int8, DType.INT16: torch.int16,
+    DType.INT32: torch.int32, DType.INT64: torch.int64, DType.UINT8: torch.uint8,
+    DType.UINT16: torch.uint16, DType.UINT32: torch.uint32, DType.UINT64: torch.uint64,
+    DType.BOOL: torch.bool, DType.COMPLEX64: torch.complex64, DType.COMPLEX128: torch.complex128,
+}
+
+
+def torch_dtype(dt: DType | int, where: str = "") -> torch.dtype:
+    dt = DType(dt)
+    if dt not in TORCH_DTYPES:
+        raise KernelBuildError(f"{where}element type {dt.name} is not supported on PyTorch CPU")
+    return TORCH_DTYPES[dt]
+
+
+def to_torch(a: np.ndarray, dtype: DType | None = None, name: str = "") -> torch.Tensor:
+    """A constant as a torch tensor (a copy: the graph's numpy data stays untouched)."""
+    if a.dtype == np.object_:
+        raise KernelBuildError(f"constant {name!r}: string tensors are not supported")
+    if dtype == DType.BFLOAT16 and a.dtype != np.float32:
+        return torch.from_numpy(np.ascontiguousarray(a).astype(np.float32)).to(torch.bfloat16)
+    return torch.from_numpy(np.array(a, copy=True, order="C"))
+
+
+def kernel(*names: str):
+    """Register a kernel builder under one or more op names."""
+    def deco(builder: KernelBuilder) -> KernelBuilder:
+        for n in names:
+            KERNELS[n] = builder
+        return builder
+    return deco
+
+
+def const_input(node: Node, i: int) -> np.ndarray | None:
+    """The data of input i when it is a compile-time constant, else None."""
+    v = node.input(i)
+    return None if v is None or v.const is None else v.const
+
+
+def ints_of(t: torch.Tensor | None) -> list[int] | None:
+    return None if t is None else [int(x) for x in t.reshape(-1).tolist()]
+
+
+def opset(node: Node) -> int:
+    return node.graph.opset.get(node.domain, 21) if node.graph is not None else 21
+
+
+# ---- elementwise ------------------------------------------------------------------------
+
+def _unary(fn: Callable[[torch.Tensor], torch.Tensor]) -> KernelBuilder:
+    return lambda node: fn
+
+
+for _op, _fn in {
+    "Relu": torch.relu, "Sigmoid": torch.sigmoid, "Tanh": torch.tanh, "Erf": torch.erf,
+    "Exp": torch.exp, "Log": torch.log, "Sqrt": torch.sqrt, "Reciprocal": torch.reciprocal,
+    "Neg": torch.neg, "Abs": torch.abs, "Floor": torch.floor, "Ceil": torch.ceil,
+    "Sin": torch.sin, "Cos": torch.cos, "IsNaN": torch.isnan, "Not": torch.logical_not,
+}.items():
+    kernel(_op)(_unary(_fn))
+
+
+@kernel("Identity")
+def _identity(node: Node) -> Kernel:
+    return lambda x: x
+
+
+@kernel("Add")
+def _add(node: Node) -> Kernel:
+    return torch.add
+
+
+@kernel("Sub")
+def _sub(node: Node) -> Kernel:
+    return torch.sub
+
+
+@kernel("Mul")
+def _mul(node: Node) -> Kernel:
+    return torch.mul
+
+
+@kernel("MatMul")
+def _matmul(node: Node) -> Kernel:
+    return torch.matmul
+
+
+@kernel("Conv")
+def _conv(node: Node) -> Kernel:
+    w = node.inputs[1]
+    nd = (len(w.shape) - 2) if w.shape is not None else len(node.attr("kernel_shape", [1, 1]))
+    strides = node.attr("strides", [1] * nd)
+    dilations = node.attr("dilations", [1] * nd)
+    group = node.attr("group", 1)
+    pads = node.attr("pads", [0] * (2 * nd))
+    auto_pad = node.attr("auto_pad", "NOTSET")
+    if auto_pad != "NOTSET" or pads[:nd] != pads[nd:]:
+        raise NotImplementedError(f"auto_pad={auto_pad} / asymmetric pads")
+    conv = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[nd]
+    padding = pads[:nd]
+    return lambda x, w, b=None: conv(x, w, b, strides, padding, dilations, group)

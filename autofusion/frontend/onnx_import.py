@@ -1,0 +1,196 @@
+"""ONNX → IR.
+
+Reads a path or ModelProto, runs ONNX's own shape inference (with data propagation, so shape
+arithmetic resolves where it can), and maps every ONNX construct onto the IR one to one:
+initializers and Constant nodes become constant Values, value_info gives each edge its shape and
+dtype, an omitted optional input becomes None. Every node's op must be in the op table; all the
+ones that are not are reported together in one UnsupportedOpError.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import numpy_helper
+
+from ..errors import GraphError, ModelLoadError, UnsupportedOpError
+from ..ir import DType, Graph, Node, Value, lookup, op_key
+
+# Shape inference of models over 2 GB must go through a file; below that, in memory.
+_PROTO_LIMIT = 2**31 - 1
+
+
+def load_model(source: str | os.PathLike | onnx.ModelProto) -> onnx.ModelProto:
+    """Read an ONNX file (with its external data) or accept a ModelProto; clear errors on failure."""
+    if isinstance(source, onnx.ModelProto):
+        return source
+    path = Path(source)
+    if not path.is_file():
+        raise ModelLoadError(f"{path}: no such model file")
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except (DecodeError, RuntimeWarning, ValueError, OSError) as e:
+        raise ModelLoadError(f"{path}: not a readable ONNX model (corrupt or truncated file): {e}") from None
+    if not model.graph.node and not model.graph.output:
+        raise ModelLoadError(f"{path}: not a readable ONNX model (empty graph; corrupt or truncated file?)")
+    _check_external_data(model, path.parent)
+    try:
+        onnx.external_data_helper.load_external_data_for_model(model, str(path.parent))
+    except (OSError, ValueError) as e:
+        raise ModelLoadError(f"{path}: cannot load external data: {e}") from None
+    return model
+
+
+def _check_external_data(model: onnx.ModelProto, base: Path) -> None:
+    for tensor in onnx.external_data_helper._get_all_tensors(model):
+        if not onnx.external_data_helper.uses_external_data(tensor):
+            continue
+        info = {e.key: e.value for e in tensor.external_data}
+        location = info.get("location", "")
+        file = base / location
+        if not location or not file.is_file():
+            raise ModelLoadError(f"tensor {tensor.name!r} keeps its data in external file "
+                                 f"{str(file)!r}, which is missing")
+        need = int(info.get("offset", 0)) + int(info.get("length", 0))
+        if need > file.stat().st_size:
+            raise ModelLoadError(f"external data file {str(file)!r} is truncated: tensor "
+                                 f"{tensor.name!r} needs {need} bytes, file has {file.stat().st_size}")
+
+
+def _infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+    try:
+        if model.ByteSize() < _PROTO_LIMIT:
+            return onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+    except onnx.shape_inference.InferenceError as e:
+        raise ModelLoadError(f"the model is inconsistent (ONNX shape inference failed): {e}") from None
+    except Exception:  # noqa: BLE001 - shape inference is a help, not a requirement
+        pass
+    return model
+
+
+def _dims(tt) -> tuple | None:
+    if not tt.HasField("shape"):
+        return None
+    dims = []
+    for d in tt.shape.dim:
+        if d.HasField("dim_value"):
+            dims.append(int(d.dim_value))
+        elif d.HasField("dim_param") and d.dim_param:
+            dims.append(d.dim_param)
+        else:
+            dims.append(None)
+    return tuple(dims)
+
+
+def _value_type(vi: onnx.ValueInfoProto):
+    t = vi.type
+    if t.HasField("tensor_type"):
+        et = t.tensor_type.elem_type
+        return _dims(t.tensor_type), (DType(et) if et else None)
+    return None, None
+
+
+def attribute_value(a: onnx.AttributeProto):
+    """An ONNX attribute as a plain Python value (tensors as numpy arrays)."""
+    A = onnx.AttributeProto
+    if a.type == A.GRAPH or a.type == A.GRAPHS:
+        raise NotImplementedError("subgraph attributes")
+    value = onnx.helper.get_attribute_value(a)
+    if a.type == A.TENSOR:
+        return numpy_helper.to_array(a.t)
+    if a.type == A.TENSORS:
+        return [numpy_helper.to_array(t) for t in a.tensors]
+    if a.type == A.STRING:
+        return value.decode()
+    if a.type == A.STRINGS:
+        return [s.decode() for s in value]
+    if a.type in (A.INTS, A.FLOATS):
+        return list(value)
+    return value
+
+
+def tensor_to_numpy(t: onnx.TensorProto) -> np.ndarray:
+    return numpy_helper.to_array(t)
+
+
+def import_onnx(source: str | os.PathLike | onnx.ModelProto) -> Graph:
+    """Load an ONNX model into an IR Graph."""
+    model = load_model(source)
+    where = "" if isinstance(source, onnx.ModelProto) else f"{source}: "
+    model = _infer_shapes(model)
+    g = model.graph
+    opset = {(imp.domain if imp.domain != "ai.onnx" else ""): imp.version for imp in model.opset_import}
+    graph = Graph(g.name or "main", opset)
+    graph.metadata = {"producer": model.producer_name, "ir_version": model.ir_version,
+                      "doc": {p.key: p.value for p in model.metadata_props}}
+
+    unsupported = [(op_key(n.domain, n.op_type), n.name or f"#{i}")
+                   for i, n in enumerate(g.node) if lookup(n.domain, n.op_type) is None]
+    if unsupported:
+        raise UnsupportedOpError(unsupported)
+
+    types = {vi.name: _value_type(vi) for vi in [*g.value_info, *g.input, *g.output]}
+    values: dict[str, Value] = {}
+
+    def named(name: str) -> Value:
+        if name not in values:
+            raise ModelLoadError(f"{where}value {name!r} is used but never defined")
+        return values[name]
+
+    try:
+        initializers = {t.name for t in g.initializer}
+        for t in g.initializer:
+            values[t.name] = graph.add_constant(t.name, tensor_to_numpy(t), DType(t.data_type))
+        for vi in g.input:
+            if vi.name in initializers:  # old-style models list initializers as inputs too
+                continue
+            shape, dtype = _value_type(vi)
+            values[vi.name] = graph.add_input(vi.name, shape, dtype)
+
+        for i, n in enumerate(g.node):
+            name = n.name or f"{n.op_type}_{i}"
+            try:
+                attrs = {a.name: attribute_value(a) for a in n.attribute}
+            except NotImplementedError:
+                raise UnsupportedOpError([(op_key(n.domain, n.op_type) + " with a subgraph", name)]) from None
+            if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
+                values[n.output[0]] = graph.add_constant(n.output[0], _constant_attr(attrs, name))
+                continue
+            inputs = [named(x) if x else None for x in n.input]
+            while inputs and inputs[-1] is None:
+                inputs.pop()
+            outs = []
+            for o in n.output:
+                if not o:  # an omitted optional output
+                    o = graph.fresh_name(f"{name}_unused")
+                shape, dtype = types.get(o, (None, None))
+                v = Value(o, shape, dtype)
+                graph._claim(o)
+                values[o] = v
+                outs.append(v)
+            graph.insert(Node(n.op_type, inputs, outs, attrs, name, n.domain))
+        for vi in g.output:
+            graph.outputs.append(named(vi.name))
+            shape, dtype = _value_type(vi)
+            v = values[vi.name]
+            v.shape = v.shape if v.shape is not None else shape
+            v.dtype = v.dtype if v.dtype is not None else dtype
+    except GraphError as e:
+        raise ModelLoadError(f"{where}malformed graph: {e}") from None
+    return graph
+
+
+def _constant_attr(attrs: dict, node_name: str) -> np.ndarray:
+    if "value" in attrs:
+        return attrs["value"]
+    for key, dtype in [("value_float", np.float32), ("value_int", np.int64),
+                       ("value_floats", np.float32), ("value_ints", np.int64)]:
+        if key in attrs:
+            return np.array(attrs[key], dtype=dtype)
+    if "value_string" in attrs or "value_strings" in attrs:
+        v = attrs.get("value_string", attrs.get("value_strings"))
+        return np.array(v, dtype=np.object_)
+    raise ModelLoadError(f"Constant node {node_name!r} has no value attribute")

@@ -1,0 +1,7 @@
+"""The IR: a small typed graph with ONNX operator semantics, and the op table."""
+from .dtypes import DType
+from .graph import Dim, Graph, Node, Shape, Value, format_graph, op_key
+from .ops import OPS, OpClass, OpDef, broadcast_shapes, lookup, ops_of_class, register
+
+__all__ = ["DType", "Dim", "Graph", "Node", "Shape", "Value", "format_graph", "op_key", "OPS",
+           "OpClass", "OpDef", "broadcast_shapes", "lookup", "ops_of_class", "register"]
