@@ -1,9 +1,5 @@
-"""Kernels on PyTorch CPU: the backend's table, op name → kernel builder.
+"""Kernels on PyTorch CPU: the table (op name → kernel builder) and helpers for builders.
 
-A kernel builder receives the node once, at compile time, reads its attributes and any constant
-inputs, and returns a plain callable over torch tensors (None for an omitted optional input)
-that returns one tensor, or a tuple for a multi-output op. Everything that can be decided from
-the node is decided in the builder, never per call.
 """
 from __future__ import annotations
 
@@ -11,10 +7,9 @@ from typing import Callable
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
-from ..errors import KernelBuildError
-from ..ir import DType, Node
+from ...errors import KernelBuildError
+from ...ir import DType, Node
 
 Kernel = Callable[..., "torch.Tensor | tuple[torch.Tensor, ...]"]
 KernelBuilder = Callable[[Node], Kernel]
@@ -66,59 +61,3 @@ def ints_of(t: torch.Tensor | None) -> list[int] | None:
 
 def opset(node: Node) -> int:
     return node.graph.opset.get(node.domain, 21) if node.graph is not None else 21
-
-
-# ---- elementwise ------------------------------------------------------------------------
-
-def _unary(fn: Callable[[torch.Tensor], torch.Tensor]) -> KernelBuilder:
-    return lambda node: fn
-
-
-for _op, _fn in {
-    "Relu": torch.relu, "Sigmoid": torch.sigmoid, "Tanh": torch.tanh, "Erf": torch.erf,
-    "Exp": torch.exp, "Log": torch.log, "Sqrt": torch.sqrt, "Reciprocal": torch.reciprocal,
-    "Neg": torch.neg, "Abs": torch.abs, "Floor": torch.floor, "Ceil": torch.ceil,
-    "Sin": torch.sin, "Cos": torch.cos, "IsNaN": torch.isnan, "Not": torch.logical_not,
-}.items():
-    kernel(_op)(_unary(_fn))
-
-
-@kernel("Identity")
-def _identity(node: Node) -> Kernel:
-    return lambda x: x
-
-
-@kernel("Add")
-def _add(node: Node) -> Kernel:
-    return torch.add
-
-
-@kernel("Sub")
-def _sub(node: Node) -> Kernel:
-    return torch.sub
-
-
-@kernel("Mul")
-def _mul(node: Node) -> Kernel:
-    return torch.mul
-
-
-@kernel("MatMul")
-def _matmul(node: Node) -> Kernel:
-    return torch.matmul
-
-
-@kernel("Conv")
-def _conv(node: Node) -> Kernel:
-    w = node.inputs[1]
-    nd = (len(w.shape) - 2) if w.shape is not None else len(node.attr("kernel_shape", [1, 1]))
-    strides = node.attr("strides", [1] * nd)
-    dilations = node.attr("dilations", [1] * nd)
-    group = node.attr("group", 1)
-    pads = node.attr("pads", [0] * (2 * nd))
-    auto_pad = node.attr("auto_pad", "NOTSET")
-    if auto_pad != "NOTSET" or pads[:nd] != pads[nd:]:
-        raise NotImplementedError(f"auto_pad={auto_pad} / asymmetric pads")
-    conv = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[nd]
-    padding = pads[:nd]
-    return lambda x, w, b=None: conv(x, w, b, strides, padding, dilations, group)

@@ -1,0 +1,12 @@
+"""Kernels on PyTorch CPU: the backend's table, op name → kernel builder.
+
+A kernel builder receives the node once, at compile time, reads its attributes and any constant
+inputs, and returns a plain callable over torch tensors (None for an omitted optional input)
+that returns one tensor, or a tuple for a multi-output op. Everything that can be decided from
+the node is decided in the builder, never per call. One module per op family registers into
+the one table, KERNELS.
+"""
+from . import math, nn, tensor  # noqa: F401 - each registers its kernels
+from .common import KERNELS, TORCH_DTYPES, Kernel, KernelBuilder, kernel, to_torch, torch_dtype
+
+__all__ = ["KERNELS", "TORCH_DTYPES", "Kernel", "KernelBuilder", "kernel", "to_torch", "torch_dtype"]
