@@ -107,3 +107,13 @@ def test_every_table_op_has_node_tests():
                for n in c.model.graph.node}
     untested = sorted(k for k in OPS if k not in covered and "::" not in k)
     assert not untested, f"ops in the table without an in-scope node test: {untested}"
+
+
+def test_every_table_op_has_a_kernel():
+    """The op table lists what autofusion supports, so every entry runs on the backend.
+
+    Constant is the exception: the importer turns Constant nodes into constant values."""
+    from autofusion.backend import KERNELS
+    from autofusion.ir import OPS
+    missing = sorted(k for k in OPS if k not in KERNELS and k != "Constant")
+    assert not missing, f"ops in the table without a PyTorch CPU kernel: {missing}"

@@ -1,6 +1,8 @@
 """Elementwise, broadcast, comparison, logic, cast, reduction and normalization kernels."""
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 import torch.nn.functional as F
 

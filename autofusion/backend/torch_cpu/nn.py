@@ -1,6 +1,8 @@
 """Conv, ConvTranspose, pooling, MatMul, Gemm and Einsum kernels."""
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 import torch.nn.functional as F
 

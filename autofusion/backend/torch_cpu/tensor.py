@@ -1,6 +1,8 @@
 """Tensor (injective and shape) kernels: reshape, slice, gather, pad, resize, …, and opaque shape ops."""
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 import torch.nn.functional as F
 
