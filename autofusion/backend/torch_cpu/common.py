@@ -1,6 +1,4 @@
-"""Kernels on PyTorch CPU: the table (op name → kernel builder) and helpers for builders.
-
-"""
+"""Kernels on PyTorch CPU: the table (op name → kernel builder) and helpers for builders."""
 from __future__ import annotations
 
 from typing import Callable
