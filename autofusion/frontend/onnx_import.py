@@ -17,7 +17,7 @@ from google.protobuf.message import DecodeError
 from onnx import numpy_helper
 
 from ..errors import GraphError, ModelLoadError, UnsupportedOpError
-from ..ir import DType, Graph, Node, Value, lookup, op_key
+from ..ir import DType, Graph, Value, lookup, op_key
 
 # Shape inference of models over 2 GB must go through a file; below that, in memory.
 _PROTO_LIMIT = 2**31 - 1
@@ -60,15 +60,15 @@ def _check_external_data(model: onnx.ModelProto, base: Path) -> None:
                                  f"{tensor.name!r} needs {need} bytes, file has {file.stat().st_size}")
 
 
-def _infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+def _infer_shapes(model: onnx.ModelProto, where: str) -> onnx.ModelProto:
+    """ONNX's shape inference, strict: a model whose shapes or types contradict is refused."""
+    if model.ByteSize() >= _PROTO_LIMIT:
+        return model  # in-memory inference cannot take it; imported shapes come from value_info
     try:
-        if model.ByteSize() < _PROTO_LIMIT:
-            return onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
-    except onnx.shape_inference.InferenceError as e:
-        raise ModelLoadError(f"the model is inconsistent (ONNX shape inference failed): {e}") from None
-    except Exception:  # noqa: BLE001 - shape inference is a help, not a requirement
-        pass
-    return model
+        return onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as e:
+        raise ModelLoadError(f"{where}the model is inconsistent (ONNX shape inference failed): "
+                             f"{e}") from None
 
 
 def _dims(tt) -> tuple | None:
@@ -85,7 +85,7 @@ def _dims(tt) -> tuple | None:
     return tuple(dims)
 
 
-def _value_type(vi: onnx.ValueInfoProto):
+def value_type(vi: onnx.ValueInfoProto):
     t = vi.type
     if t.HasField("tensor_type"):
         et = t.tensor_type.elem_type
@@ -116,23 +116,33 @@ def tensor_to_numpy(t: onnx.TensorProto) -> np.ndarray:
     return numpy_helper.to_array(t)
 
 
+def _check_defined(g: onnx.GraphProto, where: str) -> None:
+    defined = {v.name for v in g.input} | {t.name for t in g.initializer} | \
+        {o for n in g.node for o in n.output}
+    for i, n in enumerate(g.node):
+        for x in n.input:
+            if x and x not in defined:
+                raise ModelLoadError(f"{where}node {n.name or f'#{i}'!r} ({n.op_type}) reads "
+                                     f"{x!r}, which is used but never defined")
+
+
 def import_onnx(source: str | os.PathLike | onnx.ModelProto) -> Graph:
     """Load an ONNX model into an IR Graph."""
     model = load_model(source)
     where = "" if isinstance(source, onnx.ModelProto) else f"{source}: "
-    model = _infer_shapes(model)
+    unsupported = [(op_key(n.domain, n.op_type), n.name or f"#{i}")
+                   for i, n in enumerate(model.graph.node) if lookup(n.domain, n.op_type) is None]
+    if unsupported:
+        raise UnsupportedOpError(unsupported)
+    _check_defined(model.graph, where)
+    model = _infer_shapes(model, where)
     g = model.graph
     opset = {(imp.domain if imp.domain != "ai.onnx" else ""): imp.version for imp in model.opset_import}
     graph = Graph(g.name or "main", opset)
     graph.metadata = {"producer": model.producer_name, "ir_version": model.ir_version,
                       "doc": {p.key: p.value for p in model.metadata_props}}
 
-    unsupported = [(op_key(n.domain, n.op_type), n.name or f"#{i}")
-                   for i, n in enumerate(g.node) if lookup(n.domain, n.op_type) is None]
-    if unsupported:
-        raise UnsupportedOpError(unsupported)
-
-    types = {vi.name: _value_type(vi) for vi in [*g.value_info, *g.input, *g.output]}
+    types = {vi.name: value_type(vi) for vi in [*g.value_info, *g.input, *g.output]}
     values: dict[str, Value] = {}
 
     def named(name: str) -> Value:
@@ -147,7 +157,7 @@ def import_onnx(source: str | os.PathLike | onnx.ModelProto) -> Graph:
         for vi in g.input:
             if vi.name in initializers:  # old-style models list initializers as inputs too
                 continue
-            shape, dtype = _value_type(vi)
+            shape, dtype = value_type(vi)
             values[vi.name] = graph.add_input(vi.name, shape, dtype)
 
         for i, n in enumerate(g.node):
@@ -166,15 +176,12 @@ def import_onnx(source: str | os.PathLike | onnx.ModelProto) -> Graph:
             for o in n.output:
                 if not o:  # an omitted optional output
                     o = graph.fresh_name(f"{name}_unused")
-                shape, dtype = types.get(o, (None, None))
-                v = Value(o, shape, dtype)
-                graph._claim(o)
-                values[o] = v
-                outs.append(v)
-            graph.insert(Node(n.op_type, inputs, outs, attrs, name, n.domain))
+                values[o] = Value(o, *types.get(o, (None, None)))
+                outs.append(values[o])
+            graph.add_node(n.op_type, inputs, outs, attrs, name, n.domain)
         for vi in g.output:
             graph.outputs.append(named(vi.name))
-            shape, dtype = _value_type(vi)
+            shape, dtype = value_type(vi)
             v = values[vi.name]
             v.shape = v.shape if v.shape is not None else shape
             v.dtype = v.dtype if v.dtype is not None else dtype

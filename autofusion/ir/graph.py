@@ -135,13 +135,9 @@ class Graph:
         """Create a node consuming `inputs`; outputs are fresh Values (by count or by name)."""
         if isinstance(outputs, int):
             outputs = [self.fresh_name(f"{(name or op_type)}_out") for _ in range(outputs)]
-        outs = []
-        for o in outputs:
-            if isinstance(o, Value):
-                outs.append(o)
-            else:
-                self._claim(o)
-                outs.append(Value(o))
+        outs = [o if isinstance(o, Value) else Value(o) for o in outputs]
+        for o in outs:
+            self._claim(o.name)
         node = Node(op_type, inputs, outs, attrs, name or self.fresh_name(op_type), domain, origin)
         self.insert(node)
         return node

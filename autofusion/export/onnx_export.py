@@ -1,0 +1,75 @@
+"""IR → ONNX ModelProto: the inverse mapping of the importer.
+
+Constants become initializers, every typed edge gets a value_info entry, attributes keep their
+ONNX meaning; an attribute whose Python value does not say its type (an empty list) takes the
+type from the operator's schema.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from ..ir import DType, Graph, Node, Value
+
+_IR_VERSION = 10  # understood by onnxruntime >= 1.20
+
+
+def _value_info(v: Value) -> onnx.ValueInfoProto:
+    shape = None if v.shape is None else [d if d is not None else None for d in v.shape]
+    return helper.make_tensor_value_info(v.name, int(v.dtype or 0), shape)
+
+
+def _tensor(name: str, data: np.ndarray, dtype: DType | None) -> onnx.TensorProto:
+    t = numpy_helper.from_array(np.asarray(data), name)
+    if dtype is not None and t.data_type != int(dtype):
+        t = helper.make_tensor(name, int(dtype), data.shape, np.asarray(data).flatten().tolist())
+    return t
+
+
+def _schema_attr_type(node: Node, key: str, opset: dict[str, int]):
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opset.get(node.domain, 1), node.domain)
+        return schema.attributes[key].type
+    except (onnx.defs.SchemaError, KeyError):
+        return onnx.AttributeProto.INTS  # an empty list with no schema: ints is the common case
+
+
+def _attribute(node: Node, key: str, value, opset: dict[str, int]) -> onnx.AttributeProto:
+    if isinstance(value, np.ndarray):
+        return helper.make_attribute(key, numpy_helper.from_array(value))
+    if isinstance(value, (list, tuple)) and not value:
+        return helper.make_attribute(key, [], attr_type=_schema_attr_type(node, key, opset))
+    if isinstance(value, (list, tuple)) and isinstance(value[0], np.ndarray):
+        return helper.make_attribute(key, [numpy_helper.from_array(t) for t in value])
+    return helper.make_attribute(key, value)
+
+
+def export_onnx(graph: Graph, path: str | os.PathLike | None = None, *,
+                producer: str = "autofusion") -> onnx.ModelProto:
+    """Write the graph as an ONNX model (to `path` if given) and return the ModelProto."""
+    nodes = []
+    for n in graph.nodes:
+        proto = helper.make_node(n.op_type, [v.name if v is not None else "" for v in n.inputs],
+                                 [v.name for v in n.outputs], name=n.name, domain=n.domain or None)
+        proto.attribute.extend(_attribute(n, k, a, graph.opset) for k, a in n.attrs.items())
+        nodes.append(proto)
+    inner = [v for n in graph.nodes for v in n.outputs
+             if v.dtype is not None and all(v is not o for o in graph.outputs)]
+    g = helper.make_graph(
+        nodes, graph.name,
+        inputs=[_value_info(v) for v in graph.inputs],
+        outputs=[_value_info(v) for v in graph.outputs],
+        initializer=[_tensor(v.name, v.const, v.dtype) for v in graph.constants.values()],
+        value_info=[_value_info(v) for v in inner],
+    )
+    model = helper.make_model(
+        g, producer_name=producer, ir_version=_IR_VERSION,
+        opset_imports=[helper.make_opsetid(d, ver) for d, ver in sorted(graph.opset.items())])
+    if path is not None:
+        large = model.ByteSize() > 2**31 - 1
+        onnx.save_model(model, os.fspath(path), save_as_external_data=large,
+                        location=os.path.basename(os.fspath(path)) + ".data" if large else None)
+    return model

@@ -1,0 +1,189 @@
+"""The benchmark model zoo: real architectures with random (seeded) weights, and their ONNX export.
+
+No weights are downloaded: every model is built from its architecture alone and initialised from
+a fixed seed, so two builds — and two exports — of the same model are identical. torchvision and
+transformers are imported only when a model that needs them is built; when one is missing,
+`ModelUnavailable` says which, so a benchmark can skip that model and go on.
+
+    from benchmarks.models import MODELS, build, example_inputs, export_onnx
+    export_onnx("resnet50", "/tmp/resnet50.onnx")                  # TorchScript exporter
+    export_onnx("bert-base", "/tmp/bert.onnx", exporter="dynamo")  # torch.export-based exporter
+
+Both exporters run with their own graph optimisation off (no constant folding, no fusion), so
+the file keeps the graph as PyTorch wrote it — BatchNormalization stays a node of its own — and
+any fusion seen later is autofusion's doing.
+
+Input sizes: the size each model's torchvision weights were trained at (224x224, except
+EfficientNet-B4 at 380x380); BERT and GPT-2 take 128 tokens. Models whose forward returns a
+ModelOutput are wrapped to return plain tensors. BERT and GPT-2 use transformers' "eager"
+attention, which exports as the textbook MatMul/Softmax/MatMul subgraph rather than as whatever
+the installed transformers maps scaled_dot_product_attention to.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import nn
+
+SEED = 0
+SEQ_LEN = 128
+EXPORTERS = ("torchscript", "dynamo")
+TORCHSCRIPT_OPSET = 17
+
+
+class ModelUnavailable(RuntimeError):
+    """A model cannot be built here, e.g. its package (torchvision, transformers) is missing."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    build: Callable[[], nn.Module]                     # eval-mode module, plain-tensor outputs
+    inputs: Callable[[int], dict[str, torch.Tensor]]   # batch -> named example inputs, in order
+    outputs: tuple[str, ...]
+    package: str                                       # the package the builder needs
+
+
+def _require(package: str, model: str):
+    try:
+        return __import__(package)
+    except ImportError as e:
+        raise ModelUnavailable(f"{model}: needs {package}, which is not installed ({e})") from e
+
+
+# ---- vision (torchvision) ------------------------------------------------------------------
+
+def _torchvision(arch: str, name: str) -> Callable[[], nn.Module]:
+    def build() -> nn.Module:
+        tv = _require("torchvision", name)
+        import torchvision.models  # noqa: F401  (the submodule is not imported by torchvision)
+        return getattr(tv.models, arch)(weights=None)
+    return build
+
+
+def _image(size: int) -> Callable[[int], dict[str, torch.Tensor]]:
+    def inputs(batch: int) -> dict[str, torch.Tensor]:
+        g = torch.Generator().manual_seed(SEED)
+        return {"pixel_values": torch.randn(batch, 3, size, size, generator=g)}
+    return inputs
+
+
+# ---- language (transformers) ---------------------------------------------------------------
+
+class _Bert(nn.Module):
+    """BertModel returning (last_hidden_state, pooler_output) instead of a ModelOutput."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask, token_type_ids):
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask,
+                         token_type_ids=token_type_ids, return_dict=True)
+        return out.last_hidden_state, out.pooler_output
+
+
+class _GPT2(nn.Module):
+    """GPT2Model returning last_hidden_state, without the key/value cache."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids):
+        return self.model(input_ids=input_ids, use_cache=False, return_dict=True).last_hidden_state
+
+
+def _bert() -> nn.Module:
+    tf = _require("transformers", "bert-base")
+    config = tf.BertConfig(attn_implementation="eager")    # bert-base-uncased dimensions
+    return _Bert(tf.BertModel(config, add_pooling_layer=True))
+
+
+def _gpt2() -> nn.Module:
+    tf = _require("transformers", "gpt2")
+    config = tf.GPT2Config(attn_implementation="eager")    # GPT-2 small (124M)
+    return _GPT2(tf.GPT2Model(config))
+
+
+def _tokens(names: tuple[str, ...], vocab: int) -> Callable[[int], dict[str, torch.Tensor]]:
+    def inputs(batch: int) -> dict[str, torch.Tensor]:
+        g = torch.Generator().manual_seed(SEED)
+        make = {
+            "input_ids": lambda: torch.randint(0, vocab, (batch, SEQ_LEN), generator=g),
+            "attention_mask": lambda: torch.ones(batch, SEQ_LEN, dtype=torch.int64),
+            "token_type_ids": lambda: torch.zeros(batch, SEQ_LEN, dtype=torch.int64),
+        }
+        return {n: make[n]() for n in names}
+    return inputs
+
+
+# ---- the registry --------------------------------------------------------------------------
+
+def _vision(name: str, arch: str, size: int = 224) -> ModelSpec:
+    return ModelSpec(name, _torchvision(arch, name), _image(size), ("logits",), "torchvision")
+
+
+MODELS: dict[str, ModelSpec] = {s.name: s for s in [
+    _vision("resnet50", "resnet50"),
+    _vision("resnet101", "resnet101"),
+    _vision("efficientnet_b4", "efficientnet_b4", 380),
+    _vision("vit_b_16", "vit_b_16"),
+    _vision("mobilenet_v3_large", "mobilenet_v3_large"),
+    _vision("convnext_tiny", "convnext_tiny"),
+    ModelSpec("bert-base", _bert,
+              _tokens(("input_ids", "attention_mask", "token_type_ids"), vocab=30522),
+              ("last_hidden_state", "pooler_output"), "transformers"),
+    ModelSpec("gpt2", _gpt2, _tokens(("input_ids",), vocab=50257),
+              ("last_hidden_state",), "transformers"),
+]}
+
+
+def spec(name: str) -> ModelSpec:
+    try:
+        return MODELS[name]
+    except KeyError:
+        raise KeyError(f"unknown model {name!r}; known: {', '.join(MODELS)}") from None
+
+
+def build(name: str) -> nn.Module:
+    """The model in eval mode, its weights drawn from the fixed seed."""
+    s = spec(name)
+    torch.manual_seed(SEED)
+    return s.build().eval()
+
+
+def example_inputs(name: str, batch: int = 1) -> dict[str, torch.Tensor]:
+    """Named example inputs, in the order the model's forward takes them."""
+    return spec(name).inputs(batch)
+
+
+def export_onnx(name: str, path: str | os.PathLike, batch: int = 1,
+                exporter: str = "torchscript", opset: int | None = None) -> str:
+    """Export `name` to an ONNX file at `path` (static shapes, exporter optimisation off).
+
+    exporter="torchscript": the TorchScript exporter, opset 17 unless given, no constant folding,
+    eval-mode export (BatchNormalization kept as nodes). exporter="dynamo": the torch.export-based
+    exporter, its default opset unless given, optimize=False. Weights are stored in the file.
+    """
+    if exporter not in EXPORTERS:
+        raise ValueError(f"exporter must be one of {EXPORTERS}, not {exporter!r}")
+    s = spec(name)
+    model = build(name)
+    inputs = example_inputs(name, batch)
+    args = tuple(inputs.values())
+    path = os.fspath(path)
+    with torch.no_grad():
+        if exporter == "torchscript":
+            torch.onnx.export(model, args, path, dynamo=False, do_constant_folding=False,
+                              opset_version=opset or TORCHSCRIPT_OPSET,
+                              training=torch.onnx.TrainingMode.EVAL,
+                              input_names=list(inputs), output_names=list(s.outputs))
+        else:
+            torch.onnx.export(model, args, path, dynamo=True, optimize=False,
+                              opset_version=opset, external_data=False,
+                              input_names=list(inputs), output_names=list(s.outputs))
+    return path

@@ -1,0 +1,159 @@
+"""ONNX import: the mapping to the IR, and a clear error for every kind of bad input."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import autofusion
+from autofusion.errors import InputError, ModelLoadError, UnsupportedOpError
+from autofusion.frontend import import_onnx
+
+from ..helpers import conv_relu_model
+
+
+def test_import_maps_nodes_constants_and_shapes():
+    g = import_onnx(conv_relu_model())
+    g.verify()
+    assert str(g) == (
+        "graph conv_relu(x: float[N,3,8,8]) -> (y: float[N,4,8,8])\n"
+        "  const W: float[4,3,3,3]\n"
+        "  const B: float[4]\n"
+        "  c: float[N,4,8,8] = Conv[pads=[1, 1, 1, 1]](x, W, B)\n"
+        "  r: float[N,4,8,8] = Relu(c)\n"
+        "  y: float[N,4,8,8] = Add(r, c)")
+    assert g.opset == {"": 17}
+
+
+def test_constant_nodes_become_constants_and_omitted_inputs_none():
+    nodes = [helper.make_node("Constant", [], ["lo"], value=numpy_helper.from_array(np.float32(0))),
+             helper.make_node("Clip", ["x", "lo", ""], ["y"], name="clip"),
+             helper.make_node("Clip", ["x", "", "lo"], ["z"], name="clip2")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3]),
+                           helper.make_tensor_value_info("z", TensorProto.FLOAT, [3])])
+    graph = import_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    clip, clip2 = graph.nodes
+    assert "lo" in graph.constants and len(clip.inputs) == 2  # trailing omitted input dropped
+    assert clip2.inputs[1] is None and clip2.inputs[2].name == "lo"
+
+
+def test_unsupported_ops_are_listed_together_with_node_names():
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="ok"),
+             helper.make_node("FancyOp", ["a"], ["b"], name="fancy1", domain="my.domain"),
+             helper.make_node("Det", ["b"], ["c"], name="det"),
+             helper.make_node("FancyOp", ["c"], ["y"], name="fancy2", domain="my.domain")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("my.domain", 1)])
+    with pytest.raises(UnsupportedOpError) as e:
+        autofusion.compile(model)
+    msg = str(e.value)
+    assert "3 node(s)" in msg and "my.domain::FancyOp (2x): 'fancy1', 'fancy2'" in msg and "Det (1x): 'det'" in msg
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(ModelLoadError, match="no such model file"):
+        autofusion.compile(tmp_path / "nope.onnx")
+
+
+def test_corrupt_file(tmp_path):
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\x08\x07garbage that is not a protobuf \xff\xfe")
+    with pytest.raises(ModelLoadError, match="bad.onnx.*corrupt or truncated"):
+        autofusion.compile(bad)
+
+
+def test_truncated_file(tmp_path):
+    data = conv_relu_model().SerializeToString()
+    cut = tmp_path / "cut.onnx"
+    cut.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ModelLoadError, match="cut.onnx.*corrupt or truncated"):
+        autofusion.compile(cut)
+
+
+def _save_external(model, tmp_path):
+    path = tmp_path / "ext.onnx"
+    onnx.save_model(model, path, save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="ext.onnx.data", size_threshold=0)
+    return path
+
+
+def test_external_data_model_loads_and_runs(tmp_path):
+    path = _save_external(conv_relu_model(), tmp_path)
+    x = np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    want = autofusion.compile(conv_relu_model())(x)
+    np.testing.assert_allclose(autofusion.compile(path)(x), want, rtol=1e-6)
+
+
+def test_missing_external_data_file(tmp_path):
+    path = _save_external(conv_relu_model(), tmp_path)
+    (tmp_path / "ext.onnx.data").unlink()
+    with pytest.raises(ModelLoadError, match="'W'.*ext.onnx.data.*missing"):
+        autofusion.compile(path)
+
+
+def test_truncated_external_data_file(tmp_path):
+    path = _save_external(conv_relu_model(), tmp_path)
+    data = tmp_path / "ext.onnx.data"
+    data.write_bytes(data.read_bytes()[:100])
+    with pytest.raises(ModelLoadError, match="ext.onnx.data.*truncated"):
+        autofusion.compile(path)
+
+
+def test_inconsistent_model_is_reported():
+    nodes = [helper.make_node("Add", ["x", "w"], ["y"], name="add")]
+    w = numpy_helper.from_array(np.zeros((5,), np.float32), "w")
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
+    with pytest.raises(ModelLoadError, match="shape inference failed"):
+        import_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+def test_undefined_value_is_reported():
+    nodes = [helper.make_node("Relu", ["ghost"], ["y"], name="r")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])])
+    with pytest.raises(ModelLoadError, match="node 'r' \(Relu\) reads 'ghost', which is used but never defined"):
+        import_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    return autofusion.compile(conv_relu_model())
+
+
+def test_missing_input(compiled):
+    with pytest.raises(InputError, match=r"missing input\(s\) \['x'\]"):
+        compiled()
+
+
+def test_unknown_input_name(compiled):
+    with pytest.raises(InputError, match="unknown input 'image'.*\\['x'\\]"):
+        compiled(image=np.zeros((1, 3, 8, 8), np.float32))
+
+
+def test_wrong_dtype(compiled):
+    with pytest.raises(InputError, match="input 'x': expected dtype float, got float64"):
+        compiled(np.zeros((1, 3, 8, 8)))
+
+
+def test_wrong_rank(compiled):
+    with pytest.raises(InputError, match=r"input 'x': expected rank 4 .*got shape \(3, 8, 8\)"):
+        compiled(np.zeros((3, 8, 8), np.float32))
+
+
+def test_wrong_static_dimension(compiled):
+    with pytest.raises(InputError, match=r"input 'x': dimension 1 must be 3 .*got shape \(1, 5, 8, 8\)"):
+        compiled(np.zeros((1, 5, 8, 8), np.float32))
+
+
+def test_inconsistent_symbolic_dimension():
+    nodes = [helper.make_node("Add", ["a", "b"], ["y"], name="add")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("a", TensorProto.FLOAT, ["N"]),
+                                       helper.make_tensor_value_info("b", TensorProto.FLOAT, ["N"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N"])])
+    m = autofusion.compile(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    with pytest.raises(InputError, match="input 'b': dimension 0 \\('N'\\) is 4, but 'a' gave 'N' = 3"):
+        m(np.zeros(3, np.float32), np.zeros(4, np.float32))

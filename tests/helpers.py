@@ -1,0 +1,30 @@
+"""Small ONNX model builders shared by the tests."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+def conv_relu_model(opset: int = 17) -> onnx.ModelProto:
+    """x[N,3,8,8] -> Conv(3x3, pad 1) -> Relu -> Add(residual of conv) -> y."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "W")
+    b = numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "B")
+    nodes = [helper.make_node("Conv", ["x", "W", "B"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("Add", ["r", "c"], ["y"], name="add")]
+    graph = helper.make_graph(
+        nodes, "conv_relu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w, b])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def random_feeds(model: onnx.ModelProto, n: int = 2, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for vi in model.graph.input:
+        dims = [d.dim_value or n for d in vi.type.tensor_type.shape.dim]
+        feeds[vi.name] = rng.standard_normal(dims).astype(np.float32)
+    return feeds

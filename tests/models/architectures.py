@@ -1,0 +1,148 @@
+"""Small but real architectures, built in PyTorch and exported to ONNX inside the tests.
+
+Each mirrors the structure of a model family the product targets: a ResNet bottleneck stack with
+BatchNorm, a MobileNetV3 block (depthwise conv, squeeze-excite, hard-swish), and a BERT encoder
+layer (multi-head attention with an additive mask, GELU feed-forward, LayerNorm). The ONNX files
+are exported with constant folding off so they stay what a framework emits.
+"""
+from __future__ import annotations
+
+import io
+import math
+
+import onnx
+import torch
+from torch import nn
+
+
+class Bottleneck(nn.Module):
+    def __init__(self, cin: int, width: int, stride: int = 1):
+        super().__init__()
+        cout = width * 4
+        self.conv1, self.bn1 = nn.Conv2d(cin, width, 1, bias=False), nn.BatchNorm2d(width)
+        self.conv2 = nn.Conv2d(width, width, 3, stride, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(width)
+        self.conv3, self.bn3 = nn.Conv2d(width, cout, 1, bias=False), nn.BatchNorm2d(cout)
+        self.down = None
+        if stride != 1 or cin != cout:
+            self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        y = torch.relu(self.bn1(self.conv1(x)))
+        y = torch.relu(self.bn2(self.conv2(y)))
+        y = self.bn3(self.conv3(y))
+        return torch.relu(y + (x if self.down is None else self.down(x)))
+
+
+class ResNetStack(nn.Module):
+    def __init__(self, classes: int = 10):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 16, 7, 2, 3, bias=False), nn.BatchNorm2d(16),
+                                  nn.ReLU(), nn.MaxPool2d(3, 2, 1))
+        self.blocks = nn.Sequential(Bottleneck(16, 8), Bottleneck(32, 8), Bottleneck(32, 16, 2))
+        self.fc = nn.Linear(64, classes)
+
+    def forward(self, x):
+        x = self.blocks(self.stem(x))
+        return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+
+class SqueezeExcite(nn.Module):
+    def __init__(self, c: int, r: int = 4):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Conv2d(c, c // r, 1), nn.Conv2d(c // r, c, 1)
+
+    def forward(self, x):
+        s = nn.functional.adaptive_avg_pool2d(x, 1)
+        return x * nn.functional.hardsigmoid(self.fc2(torch.relu(self.fc1(s))))
+
+
+class MobileNetBlock(nn.Module):
+    """MobileNetV3 inverted residual: expand 1x1, depthwise 3x3, SE, project 1x1, residual."""
+
+    def __init__(self, c: int = 16, expand: int = 4):
+        super().__init__()
+        e = c * expand
+        self.stem = nn.Sequential(nn.Conv2d(3, c, 3, 2, 1, bias=False), nn.BatchNorm2d(c), nn.Hardswish())
+        self.expand = nn.Sequential(nn.Conv2d(c, e, 1, bias=False), nn.BatchNorm2d(e), nn.Hardswish())
+        self.dw = nn.Sequential(nn.Conv2d(e, e, 3, 1, 1, groups=e, bias=False), nn.BatchNorm2d(e),
+                                nn.Hardswish())
+        self.se = SqueezeExcite(e)
+        self.project = nn.Sequential(nn.Conv2d(e, c, 1, bias=False), nn.BatchNorm2d(c))
+        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c, 10))
+
+    def forward(self, x):
+        x = self.stem(x)
+        return self.head(x + self.project(self.se(self.dw(self.expand(x)))))
+
+
+class BertLayer(nn.Module):
+    """One BERT encoder layer, written out as BERT does it (not nn.MultiheadAttention)."""
+
+    def __init__(self, hidden: int = 64, heads: int = 4, ffn: int = 128, vocab: int = 100):
+        super().__init__()
+        self.heads, self.dh = heads, hidden // heads
+        self.embed = nn.Embedding(vocab, hidden)
+        self.q, self.k, self.v = (nn.Linear(hidden, hidden) for _ in range(3))
+        self.o = nn.Linear(hidden, hidden)
+        self.ln1, self.ln2 = nn.LayerNorm(hidden, eps=1e-12), nn.LayerNorm(hidden, eps=1e-12)
+        self.ff1, self.ff2 = nn.Linear(hidden, ffn), nn.Linear(ffn, hidden)
+
+    def _split(self, x):
+        b, s, _ = x.shape
+        return x.view(b, s, self.heads, self.dh).transpose(1, 2)
+
+    def forward(self, input_ids, attention_mask):
+        x = self.embed(input_ids)
+        mask = (1.0 - attention_mask[:, None, None, :].to(x.dtype)) * -10000.0
+        q, k, v = self._split(self.q(x)), self._split(self.k(x)), self._split(self.v(x))
+        scores = q @ k.transpose(-1, -2) / math.sqrt(self.dh) + mask
+        ctx = (torch.softmax(scores, -1) @ v).transpose(1, 2).reshape(x.shape)
+        x = self.ln1(x + self.o(ctx))
+        return self.ln2(x + self.ff2(nn.functional.gelu(self.ff1(x))))
+
+
+def export(module: nn.Module, args: tuple, input_names: list[str], dynamic: dict | None = None,
+           opset: int = 17) -> onnx.ModelProto:
+    """Export with the TorchScript exporter, constant folding off (the raw framework graph)."""
+    torch.manual_seed(0)
+    module.eval()
+    with torch.no_grad():
+        for m in module.modules():  # non-trivial BatchNorm statistics, so folding would matter
+            if isinstance(m, nn.BatchNorm2d):
+                m.running_mean.uniform_(-0.5, 0.5)
+                m.running_var.uniform_(0.5, 1.5)
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.uniform_(-0.5, 0.5)
+    f = io.BytesIO()
+    torch.onnx.export(module, args, f, input_names=input_names, output_names=["output"],
+                      dynamic_axes=dynamic, opset_version=opset, do_constant_folding=False,
+                      dynamo=False)
+    return onnx.load_from_string(f.getvalue())
+
+
+def resnet_stack() -> tuple[onnx.ModelProto, dict]:
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 64, 64)
+    model = export(ResNetStack(), (x,), ["image"], {"image": {0: "batch"}})
+    return model, {"image": x.numpy()}
+
+
+def mobilenet_block() -> tuple[onnx.ModelProto, dict]:
+    torch.manual_seed(0)
+    x = torch.randn(1, 3, 32, 32)
+    return export(MobileNetBlock(), (x,), ["image"]), {"image": x.numpy()}
+
+
+def bert_layer() -> tuple[onnx.ModelProto, dict]:
+    torch.manual_seed(0)
+    ids = torch.randint(0, 100, (2, 16))
+    mask = torch.ones(2, 16, dtype=torch.int64)
+    mask[1, 10:] = 0
+    dyn = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"}}
+    model = export(BertLayer(), (ids, mask), ["input_ids", "attention_mask"], dyn)
+    return model, {"input_ids": ids.numpy(), "attention_mask": mask.numpy()}
+
+
+ARCHITECTURES = {"resnet_stack": resnet_stack, "mobilenet_block": mobilenet_block,
+                 "bert_layer": bert_layer}
