@@ -1,0 +1,68 @@
+"""The command line: run (random or given inputs, --compare-ort) and info."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from autofusion.cli import main
+
+from .helpers import conv_relu_model
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "tiny_resnet.onnx"
+
+
+def test_run_prints_outputs_and_checksums(capsys, tmp_path):
+    path = tmp_path / "m.onnx"
+    onnx.save(conv_relu_model(), path)
+    assert main(["run", str(path), "--dim", "N=2"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"y: float32\[2, 4, 8, 8\]  sum=\S+ mean\|x\|=\S+", out)
+
+
+def test_run_with_inputs_file_and_compare_ort(capsys, tmp_path):
+    path = tmp_path / "m.onnx"
+    onnx.save(conv_relu_model(), path)
+    npz = tmp_path / "in.npz"
+    np.savez(npz, x=np.ones((1, 3, 8, 8), np.float32))
+    assert main(["run", str(path), "--inputs", str(npz), "--compare-ort"]) == 0
+    out = capsys.readouterr().out
+    assert "y: float32[1, 4, 8, 8]" in out
+    diff = float(re.search(r"y: max abs diff ([^,\s]+)", out).group(1))
+    assert diff < 1e-4
+
+
+def test_run_reports_bad_input_file_cleanly(capsys, tmp_path):
+    path = tmp_path / "m.onnx"
+    onnx.save(conv_relu_model(), path)
+    (tmp_path / "bad.npz").write_text("nope")
+    assert main(["run", str(path), "--inputs", str(tmp_path / "bad.npz")]) == 2
+    assert "bad.npz: cannot read inputs" in capsys.readouterr().err
+
+
+def test_info_lists_io_ops_and_unsupported(capsys, tmp_path):
+    model = conv_relu_model()
+    model.graph.node.append(onnx.helper.make_node("Det", ["y"], ["d"], name="det"))
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    assert main(["info", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "x: float[N,3,8,8]" in out and "1  Conv" in out
+    assert "unsupported operators:\n  Det: det" in out
+
+
+def test_errors_are_one_line_not_a_traceback(capsys, tmp_path):
+    assert main(["run", str(tmp_path / "missing.onnx")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("autofusion: error:") and "Traceback" not in err
+
+
+def test_console_script_runs_the_bundled_example():
+    r = subprocess.run([sys.executable, "-m", "autofusion", "run", str(EXAMPLE), "--compare-ort"],
+                       capture_output=True, text=True, check=True)
+    assert "logits: float32[1, 10]" in r.stdout
+    assert float(re.search(r"max rel diff (\S+)", r.stdout).group(1)) < 1e-4
