@@ -153,7 +153,23 @@ def build(name: str) -> nn.Module:
     """The model in eval mode, its weights drawn from the fixed seed."""
     s = spec(name)
     torch.manual_seed(SEED)
-    return s.build().eval()
+    model = s.build().eval()
+    _perturb_constant_tensors(model)
+    return model
+
+
+@torch.no_grad()
+def _perturb_constant_tensors(model: nn.Module) -> None:
+    """Give every all-equal float weight or buffer (fresh norms: weight 1, bias 0, mean 0, var 1;
+    zero biases; layer scales) small random variation around its value. Otherwise every
+    BatchNorm is an identity, Conv+BN folding is tested on trivial numbers, and the TorchScript
+    exporter merges the equal tensors into one initializer plus Identity nodes."""
+    g = torch.Generator().manual_seed(SEED + 1)
+    for t in [*model.parameters(), *model.buffers()]:
+        if t.is_floating_point() and t.numel() > 1 and bool((t == t.flatten()[0]).all()):
+            c = float(t.flatten()[0])
+            noise = torch.randn(t.shape, generator=g, dtype=t.dtype)
+            t.copy_(c * (1 + 0.1 * noise) if c else 0.02 * noise)
 
 
 def example_inputs(name: str, batch: int = 1) -> dict[str, torch.Tensor]:
