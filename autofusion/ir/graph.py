@@ -64,7 +64,7 @@ class Value:
 
 
 class Node:
-    __slots__ = ("op_type", "domain", "inputs", "outputs", "attrs", "name", "graph", "origin")
+    __slots__ = ("op_type", "domain", "inputs", "outputs", "attrs", "name", "graph", "origin", "meta")
 
     def __init__(self, op_type: str, inputs: Sequence[Value | None], outputs: Sequence[Value],
                  attrs: dict[str, Any] | None = None, name: str = "", domain: str = "",
@@ -78,6 +78,7 @@ class Node:
         self.graph: Graph | None = None
         # names of the original (imported) nodes this node stands for, for error messages
         self.origin: tuple[str, ...] = tuple(origin) or ((name,) if name else ())
+        self.meta: dict[str, Any] = {}   # facts passes leave for later stages, e.g. {"rule": ...}
 
     @property
     def op(self) -> str:
@@ -191,6 +192,10 @@ class Graph:
         old.uses.clear()
         self.outputs = [new if o is old else o for o in self.outputs]
         self._order = None
+
+    def insertion_index(self, node: Node) -> int:
+        """When the node was added: file order for imported nodes (a cheap, stable sort key)."""
+        return self._nodes[node]
 
     def fresh_name(self, hint: str) -> str:
         name = hint

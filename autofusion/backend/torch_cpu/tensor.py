@@ -1,11 +1,571 @@
 """Tensor (injective and shape) kernels: reshape, slice, gather, pad, resize, …, and opaque shape ops."""
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import torch
 import torch.nn.functional as F
 
-from ...ir import Node
-from .common import Kernel, KernelBuilder, const_input, ints_of, kernel, opset, torch_dtype
+from ...ir import DType, Node
+from .common import Kernel, KernelBuilder, const_input, ints_of, kernel, opset, to_torch, torch_dtype
 
+# ---- helpers ------------------------------------------------------------------------------
+
+
+def const_vals(node: Node, i: int) -> tuple | None:
+    """Constant input i as a flat tuple of Python numbers; None when absent or computed at run time."""
+    c = const_input(node, i)
+    return None if c is None else tuple(c.reshape(-1).tolist())
+
+
+def static_shape(node: Node, i: int = 0) -> tuple[int, ...] | None:
+    v = node.input(i)
+    return tuple(v.shape) if v is not None and v.is_static else None
+
+
+def planned(node: Node, make: Callable[..., Kernel], vals: tuple[int, ...] = (),
+            need_shape: bool = True) -> Kernel:
+    """A kernel that depends on input 0's shape and on the values of inputs `vals`.
+
+    make(shape, *values) returns the kernel for them (shape None when not needed; a value is a
+    tuple of numbers, None for an omitted input). It runs once at build time when all of them are
+    known then, else once per distinct runtime combination (cached).
+    """
+    fixed = {i: const_vals(node, i) for i in vals}
+    runtime = [i for i in vals if fixed[i] is None and node.input(i) is not None]
+    shape = static_shape(node) if need_shape else None
+    if (shape is not None or not need_shape) and not runtime:
+        return make(shape, *(fixed[i] for i in vals))
+    cache: dict[tuple, Kernel] = {}
+
+    def run(*args):
+        key = (tuple(args[0].shape) if need_shape else None,
+               *(tuple(args[i].reshape(-1).tolist()) if i in runtime else fixed[i] for i in vals))
+        f = cache.get(key)
+        if f is None:
+            f = cache[key] = make(*key)
+        return f(*args)
+    return run
+
+
+def _axis(a: int, rank: int) -> int:
+    return a + rank if a < 0 else a
+
+
+def _outputs(node: Node) -> Callable[[tuple], "torch.Tensor | tuple"]:
+    """Adapt a tuple of results to the node's outputs: one tensor for one output."""
+    n = len(node.outputs)
+    return (lambda r: r[0]) if n == 1 else (lambda r: tuple(r[:n]))
+
+
+def _pos_index(idx: torch.Tensor, dim: int) -> torch.Tensor:
+    """ONNX indices may be negative (counted from the end); torch's gather/scatter take int64 >= 0."""
+    idx = idx.long()
+    return torch.where(idx < 0, idx + dim, idx)
+
+
+# ---- reshape family -------------------------------------------------------------------------
+
+
+@kernel("Transpose")
+def _transpose(node: Node) -> Kernel:
+    perm = node.attr("perm")
+    if perm is None:
+        return lambda x: x.permute(*reversed(range(x.dim())))
+    return lambda x: x.permute(perm)
+
+
+@kernel("Reshape")
+def _reshape(node: Node) -> Kernel:
+    allowzero = node.attr("allowzero", 0)
+    shape = const_vals(node, 1) if opset(node) >= 5 else tuple(node.attr("shape"))
+    if shape is not None and (allowzero or 0 not in shape):
+        return lambda x, s=None: x.reshape(shape)
+
+    def make(xs, target):  # 0 copies the input's dim unless allowzero
+        t = [xs[i] if d == 0 and not allowzero else d for i, d in enumerate(target)]
+        return lambda x, s=None: x.reshape(t)
+    return planned(node, make, (1,))
+
+
+@kernel("Flatten")
+def _flatten(node: Node) -> Kernel:
+    axis = node.attr("axis", 1)
+
+    def run(x):
+        a = _axis(axis, x.dim())
+        return x.reshape(math.prod(x.shape[:a]), math.prod(x.shape[a:]))
+    return run
+
+
+@kernel("Squeeze")
+def _squeeze(node: Node) -> Kernel:
+    if opset(node) < 13:
+        axes = node.attr("axes")
+        return (lambda x: x.squeeze()) if axes is None else (lambda x: x.squeeze(tuple(axes)))
+    axes = const_vals(node, 1)
+    if axes is not None:
+        return lambda x, a=None: x.squeeze(axes)
+    return lambda x, a=None: x.squeeze() if a is None else x.squeeze(tuple(ints_of(a)))
+
+
+@kernel("Unsqueeze")
+def _unsqueeze(node: Node) -> Kernel:
+    def unsqueeze(x, axes):  # axes count in the output's rank; insert in increasing order
+        r = x.dim() + len(axes)
+        for a in sorted(_axis(a, r) for a in axes):
+            x = x.unsqueeze(a)
+        return x
+    axes = node.attr("axes") if opset(node) < 13 else const_vals(node, 1)
+    if axes is not None:
+        return lambda x, a=None: unsqueeze(x, axes)
+    return lambda x, a: unsqueeze(x, ints_of(a))
+
+
+@kernel("Concat")
+def _concat(node: Node) -> Kernel:
+    axis = node.attr("axis")
+    return lambda *xs: torch.cat(xs, axis)
+
+
+@kernel("Split")
+def _split(node: Node) -> Kernel:
+    axis, n, out = node.attr("axis", 0), len(node.outputs), _outputs(node)
+
+    def make(shape, split):
+        if split is None:  # n parts of ceil(d / n); the last ones smaller
+            d = shape[axis]
+            c = -(-d // n)
+            split = [max(min(c, d - c * i), 0) for i in range(n)]
+        return lambda x, s=None: out(torch.split(x, list(split), axis))
+    if opset(node) < 13:
+        split = node.attr("split")
+        return make(None, split) if split is not None else planned(node, make, need_shape=True)
+    return planned(node, make, (1,), need_shape=node.input(1) is None)
+
+
+@kernel("Slice")
+def _slice(node: Node) -> Kernel:
+    def make(shape, starts, ends, axes=None, steps=None):
+        rank = len(shape)
+        axes = range(len(starts)) if axes is None else [_axis(a, rank) for a in axes]
+        steps = steps or [1] * len(starts)
+        index, flips = [slice(None)] * rank, []
+        for a, s, e, st in zip(axes, starts, ends, steps):
+            s, e, st = slice(int(s), int(e), int(st)).indices(shape[a])  # ONNX clamps like Python
+            if st > 0:
+                index[a] = slice(s, e, st)
+            else:  # torch has no negative steps: take the same elements ascending, then flip
+                n = len(range(s, e, st))
+                index[a] = slice(s + (n - 1) * st, s + 1, -st) if n else slice(0, 0)
+                flips.append(a)
+        index = tuple(index)
+        return (lambda x, *_: x[index].flip(flips)) if flips else (lambda x, *_: x[index])
+    if opset(node) < 10:
+        starts, ends, axes = node.attr("starts"), node.attr("ends"), node.attr("axes")
+        return planned(node, lambda shape: make(shape, starts, ends, axes))
+    return planned(node, make, (1, 2, 3, 4))
+
+
+@kernel("Expand")
+def _expand(node: Node) -> Kernel:
+    # bidirectional broadcast: the shape may also be smaller than the input's
+    return planned(node, lambda xs, s: (lambda x, _=None: x.expand(torch.broadcast_shapes(xs, s))), (1,))
+
+
+@kernel("Tile")
+def _tile(node: Node) -> Kernel:
+    reps = const_vals(node, 1)
+    if reps is not None:
+        return lambda x, r=None: x.repeat(reps)
+    return lambda x, r: x.repeat(ints_of(r))
+
+
+@kernel("DepthToSpace")
+def _depth_to_space(node: Node) -> Kernel:
+    b, crd = node.attr("blocksize"), node.attr("mode", "DCR") == "CRD"
+
+    def run(x):
+        n, c, h, w = x.shape
+        if crd:
+            y = x.reshape(n, c // (b * b), b, b, h, w).permute(0, 1, 4, 2, 5, 3)
+        else:
+            y = x.reshape(n, b, b, c // (b * b), h, w).permute(0, 3, 4, 1, 5, 2)
+        return y.reshape(n, c // (b * b), h * b, w * b)
+    return run
+
+
+@kernel("SpaceToDepth")
+def _space_to_depth(node: Node) -> Kernel:
+    b = node.attr("blocksize")
+    perm = (0, 1, 3, 5, 2, 4) if node.attr("mode", "DCR") == "CRD" else (0, 3, 5, 1, 2, 4)
+
+    def run(x):
+        n, c, h, w = x.shape
+        return x.reshape(n, c, h // b, b, w // b, b).permute(perm).reshape(n, c * b * b, h // b, w // b)
+    return run
+
+
+# ---- pad ------------------------------------------------------------------------------------
+
+
+def _pad_index(n: int, begin: int, end: int, mode: str) -> torch.Tensor:
+    """Source index of every output position along one axis padded in reflect/edge/wrap mode."""
+    i = torch.arange(-begin, n + end)
+    if mode == "edge":
+        return i.clamp(0, n - 1)
+    if mode == "wrap":
+        return i % n
+    period = max(2 * (n - 1), 1)  # reflect: mirror without repeating the edge element
+    i = i.abs() % period
+    return torch.where(i >= n, period - i, i)
+
+
+@kernel("Pad")
+def _pad(node: Node) -> Kernel:
+    mode = node.attr("mode", "constant")
+    if opset(node) < 11:
+        pads, value, runtime_value = tuple(node.attr("pads")), node.attr("value", 0.0), False
+    else:
+        cv = const_input(node, 2)
+        pads, value = None, 0 if cv is None else cv.item()
+        runtime_value = cv is None and node.input(2) is not None
+
+    def make(shape, pads, axes=None):
+        rank = len(shape)
+        axes = list(range(rank)) if axes is None else [_axis(a, rank) for a in axes]
+        k = len(axes)
+        full = [0] * (2 * rank)  # ONNX order: all begins, then all ends
+        for j, a in enumerate(axes):
+            full[a], full[rank + a] = pads[j], pads[k + j]
+        if mode == "constant":
+            tp = [p for a in reversed(range(rank)) for p in (full[a], full[rank + a])]
+            if runtime_value:
+                return lambda x, p, v, ax=None: F.pad(x, tp, value=v.item())
+            return lambda x, *_: F.pad(x, tp, value=value)
+        index = [(a, _pad_index(shape[a], full[a], full[rank + a], mode))
+                 for a in range(rank) if full[a] or full[rank + a]]
+
+        def run(x, *_):
+            for a, i in index:
+                x = x.index_select(a, i)
+            return x
+        return run
+    if pads is not None:
+        return planned(node, lambda shape: make(shape, pads), need_shape=True)
+    return planned(node, make, (1, 3), need_shape=True)
+
+
+# ---- gather / scatter -----------------------------------------------------------------------
+
+
+@kernel("Gather")
+def _gather(node: Node) -> Kernel:
+    axis = node.attr("axis", 0)
+    if axis == 0:
+        return lambda x, i: x[i]  # advanced indexing takes negative indices
+
+    def run(x, i):
+        return x[(slice(None),) * _axis(axis, x.dim()) + (i,)]
+    return run
+
+
+@kernel("GatherElements")
+def _gather_elements(node: Node) -> Kernel:
+    axis = node.attr("axis", 0)
+    return lambda x, i: torch.gather(x, axis, _pos_index(i, x.shape[axis]))
+
+
+@kernel("GatherND")
+def _gather_nd(node: Node) -> Kernel:
+    b = node.attr("batch_dims", 0)
+
+    def run(x, idx):
+        batch = x.shape[:b]
+        nb = math.prod(batch)
+        xr, ir = x.reshape(nb, *x.shape[b:]), idx.reshape(nb, *idx.shape[b:]).long()
+        bi = torch.arange(nb).view(nb, *[1] * (ir.dim() - 2))
+        y = xr[(bi, *ir.unbind(-1))]
+        return y.reshape(*batch, *y.shape[1:])
+    return run
+
+
+_REDUCE = {"add": "sum", "mul": "prod", "max": "amax", "min": "amin"}
+
+
+@kernel("ScatterElements")
+def _scatter_elements(node: Node) -> Kernel:
+    axis, red = node.attr("axis", 0), node.attr("reduction", "none")
+    if red == "none":
+        return lambda x, i, u: x.scatter(axis, _pos_index(i, x.shape[axis]), u)
+    return lambda x, i, u: x.scatter_reduce(axis, _pos_index(i, x.shape[axis]), u, _REDUCE[red])
+
+
+@kernel("ScatterND")
+def _scatter_nd(node: Node) -> Kernel:
+    red = node.attr("reduction", "none")
+
+    def run(x, idx, u):
+        k = idx.shape[-1]
+        dims = torch.tensor(x.shape[:k])
+        strides = torch.tensor([math.prod(x.shape[j + 1:k]) for j in range(k)])
+        flat = ((idx.long() % dims) * strides).sum(-1).reshape(-1)  # row-major over the first k dims
+        y = x.reshape(-1, *x.shape[k:]).clone()
+        u = u.reshape(-1, *x.shape[k:])
+        if red == "none":
+            y.index_copy_(0, flat, u)
+        elif red == "add":
+            y.index_add_(0, flat, u)
+        else:
+            y.index_reduce_(0, flat, u, _REDUCE[red])
+        return y.reshape(x.shape)
+    return run
+
+
+@kernel("ReverseSequence")
+def _reverse_sequence(node: Node) -> Kernel:
+    bax, tax = node.attr("batch_axis", 1), node.attr("time_axis", 0)
+
+    def run(x, lens):
+        t = torch.arange(x.shape[tax])
+        lens = lens.long().view(-1, 1)
+        src = torch.where(t < lens, lens - 1 - t, t)  # [batch, time]: reverse the first lens[b] steps
+        if bax > tax:
+            src = src.t()
+        shape = [1] * x.dim()
+        shape[bax], shape[tax] = x.shape[bax], x.shape[tax]
+        return torch.gather(x, tax, src.reshape(shape).expand(x.shape))
+    return run
+
+
+@kernel("Trilu")
+def _trilu(node: Node) -> Kernel:
+    f = torch.triu if node.attr("upper", 1) else torch.tril
+    k = const_vals(node, 1)
+    if k is not None or node.input(1) is None:
+        k = k[0] if k else 0
+        return lambda x, _=None: f(x, k)
+    return lambda x, k: f(x, int(k))
+
+
+# ---- resize ---------------------------------------------------------------------------------
+
+
+def _cubic(d: torch.Tensor, a: float) -> torch.Tensor:
+    d = d.abs()
+    near = ((a + 2) * d - (a + 3)) * d * d + 1
+    far = ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
+    return torch.where(d <= 1, near, torch.where(d < 2, far, torch.zeros_like(d)))
+
+
+def _resize_axis(n_in: int, n_out: int, scale: float, roi: tuple[float, float], opts: dict):
+    """Along one axis: source indices [n_out, taps], their weights (None for nearest), and the
+    output positions to set to extrapolation_value (tf_crop_and_resize), as in ONNX's reference."""
+    y = torch.arange(n_out, dtype=torch.float64)
+    length, ctm = scale * n_in, opts["ctm"]
+    if ctm == "align_corners":
+        x = y * 0 if length == 1 else y * (n_in - 1) / (length - 1)
+    elif ctm == "asymmetric":
+        x = y / scale
+    elif ctm == "tf_crop_and_resize":
+        lo, hi = roi
+        x = (y * 0 + (hi - lo) * (n_in - 1) / 2) if length == 1 else y * (hi - lo) * (n_in - 1) / (length - 1)
+        x = x + lo * (n_in - 1)
+    elif ctm == "pytorch_half_pixel":
+        x = y * 0 - 0.5 if length == 1 else (y + 0.5) / scale - 0.5
+    elif ctm == "half_pixel_symmetric":
+        x = n_in / 2 * (1 - n_out / length) + (y + 0.5) / scale - 0.5
+    else:  # half_pixel
+        x = (y + 0.5) / scale - 0.5
+    outside = ((x < 0) | (x > n_in - 1)) if ctm == "tf_crop_and_resize" else None
+    mode = opts["mode"]
+    if mode == "nearest":
+        nm = opts["nearest_mode"]
+        i = {"floor": x.floor(), "ceil": x.ceil(), "round_prefer_ceil": (x + 0.5).floor()}.get(
+            nm, (x - 0.5).ceil())  # round_prefer_floor
+        return i.clamp(0, n_in - 1).long().view(-1, 1), None, outside
+    s = min(scale, 1.0) if opts["antialias"] else 1.0  # antialias widens the filter when shrinking
+    start = math.floor((-1 if mode == "linear" else -2) / s) + 1
+    taps = (x.ceil() - 1).view(-1, 1) + start + torch.arange(2 - 2 * start)  # left of x first
+    d = (taps - x.view(-1, 1)) * s
+    w = (1 - d.abs()).clamp(min=0) if mode == "linear" else _cubic(d, opts["cubic_a"])
+    if opts["exclude_outside"]:
+        w = torch.where((taps < 0) | (taps >= n_in), 0.0, w)
+    if opts["exclude_outside"] or opts["antialias"]:
+        total = w.sum(-1, keepdim=True)
+        w = w / torch.where(total == 0, 1.0, total)
+    return taps.clamp(0, n_in - 1).long(), w, outside
+
+
+def _resize_plan(shape, opts, roi=None, scales=None, sizes=None, axes=None) -> Kernel:
+    rank = len(shape)
+    axes = list(range(rank)) if axes is None else [_axis(a, rank) for a in axes]
+    scales, sizes = scales or None, sizes or None  # an empty tensor means absent
+    if sizes is not None:
+        sc = [sizes[j] / shape[a] for j, a in enumerate(axes)]
+        policy = opts["policy"]
+        if policy != "stretch":
+            s = (min if policy == "not_larger" else max)(sc)
+            sc, sizes = [s] * len(axes), [int(s * shape[a] + 0.5) for a in axes]
+    else:
+        sc, sizes = list(scales), [int(s * shape[a]) for s, a in zip(scales, axes)]
+    k = len(axes)
+    steps = []
+    for j, a in enumerate(axes):
+        r = (roi[j], roi[k + j]) if roi else (0.0, 1.0)
+        if math.isclose(sc[j], 1.0) and sizes[j] == shape[a] and \
+                math.isclose(r[0], 0.0) and math.isclose(r[1], 1.0):
+            continue
+        idx, w, outside = _resize_axis(shape[a], sizes[j], sc[j], r, opts)
+        view = [-1] + [1] * (rank - a - 1)
+        steps.append((a, idx, None if w is None else w.view(*idx.shape, *view[1:]),
+                      None if outside is None or not outside.any() else outside.view(view)))
+    extrapolation = opts["extrapolation"]
+
+    def run(x, *_):
+        for a, idx, w, outside in steps:
+            if w is None:
+                x = x.index_select(a, idx[:, 0])
+            else:
+                g = x.index_select(a, idx.reshape(-1)).unflatten(a, idx.shape)
+                y = (g * w.to(g.dtype if g.is_floating_point() else torch.float32)).sum(a + 1)
+                x = y if x.is_floating_point() else y.round().to(x.dtype)
+            if outside is not None:
+                x = x.masked_fill(outside, extrapolation)
+        return x
+    return run
+
+
+def _resize_opts(node: Node, ctm: str, nearest_mode: str) -> dict:
+    mode = node.attr("mode", "nearest")
+    return {"mode": {"bilinear": "linear", "trilinear": "linear", "bicubic": "cubic"}.get(mode, mode),
+            "ctm": node.attr("coordinate_transformation_mode", ctm),
+            "nearest_mode": node.attr("nearest_mode", nearest_mode),
+            "cubic_a": node.attr("cubic_coeff_a", -0.75),
+            "exclude_outside": node.attr("exclude_outside", 0),
+            "antialias": node.attr("antialias", 0),
+            "policy": node.attr("keep_aspect_ratio_policy", "stretch"),
+            "extrapolation": node.attr("extrapolation_value", 0.0)}
+
+
+@kernel("Resize")
+def _resize(node: Node) -> Kernel:
+    if opset(node) < 11:  # Resize-10 is Upsample-9 under a new name
+        opts = _resize_opts(node, "asymmetric", "floor")
+        return planned(node, lambda shape, scales: _resize_plan(shape, opts, scales=scales), (1,))
+    opts, axes = _resize_opts(node, "half_pixel", "round_prefer_floor"), node.attr("axes")
+    return planned(node, lambda shape, roi, scales, sizes: _resize_plan(shape, opts, roi, scales, sizes, axes),
+                   (1, 2, 3))
+
+
+@kernel("Upsample")
+def _upsample(node: Node) -> Kernel:
+    opts = _resize_opts(node, "asymmetric", "floor")
+    opts["ctm"], opts["nearest_mode"] = "asymmetric", "floor"
+    if opset(node) < 9:
+        scales = tuple(node.attr("scales"))
+        return planned(node, lambda shape: _resize_plan(shape, opts, scales=scales))
+    return planned(node, lambda shape, scales: _resize_plan(shape, opts, scales=scales), (1,))
+
+
+# ---- shape and data-dependent ops (opaque) --------------------------------------------------
+
+
+@kernel("Shape")
+def _shape(node: Node) -> Kernel:
+    start, end = node.attr("start", 0), node.attr("end")
+    return lambda x: torch.tensor(x.shape[start:end], dtype=torch.int64)
+
+
+@kernel("Size")
+def _size(node: Node) -> Kernel:
+    return lambda x: torch.tensor(x.numel(), dtype=torch.int64)
+
+
+@kernel("ConstantOfShape")
+def _constant_of_shape(node: Node) -> Kernel:
+    value = node.attr("value")
+    v = torch.zeros((), dtype=torch.float32) if value is None else to_torch(value).reshape(())
+    fill, dtype = v.item(), v.dtype
+    shape = const_vals(node, 0)
+    if shape is not None:
+        return lambda s: torch.full(shape, fill, dtype=dtype)
+    return lambda s: torch.full(ints_of(s), fill, dtype=dtype)
+
+
+@kernel("Range")
+def _range(node: Node) -> Kernel:
+    return lambda start, limit, delta: torch.arange(start.item(), limit.item(), delta.item(), dtype=start.dtype)
+
+
+@kernel("TopK")
+def _topk(node: Node) -> Kernel:
+    axis, largest = node.attr("axis", -1), bool(node.attr("largest", 1))
+    kc = (node.attr("k"),) if opset(node) < 10 else const_vals(node, 1)
+
+    def run(x, k=None):
+        k = kc[0] if kc is not None else int(k)
+        # a stable sort, not torch.topk: ONNX wants the lower index first among equal values
+        v, i = torch.sort(x, dim=axis, descending=largest, stable=True)
+        return v.narrow(axis, 0, k), i.narrow(axis, 0, k)
+    return run
+
+
+@kernel("NonZero")
+def _nonzero(node: Node) -> Kernel:
+    return lambda x: torch.nonzero(x).t()
+
+
+@kernel("EyeLike")
+def _eyelike(node: Node) -> Kernel:
+    k, dt = node.attr("k", 0), node.attr("dtype")
+    dtype = None if dt is None else torch_dtype(DType(dt), "EyeLike: ")
+
+    def run(x):
+        y = torch.zeros(x.shape, dtype=dtype or x.dtype)
+        y.diagonal(k).fill_(1)
+        return y
+    return run
+
+
+@kernel("OneHot")
+def _onehot(node: Node) -> Kernel:
+    axis = node.attr("axis", -1)
+
+    def run(indices, depth, values):
+        d = int(depth.reshape(-1)[0])
+        idx = indices.long()
+        idx = torch.where(idx < 0, idx + d, idx)  # negative indices count from the end
+        a = _axis(axis, idx.dim() + 1)
+        classes = torch.arange(d).view([d] + [1] * (idx.dim() - a))
+        return torch.where(idx.unsqueeze(a) == classes, values[1], values[0])
+    return run
+
+
+@kernel("Compress")
+def _compress(node: Node) -> Kernel:
+    axis = node.attr("axis")
+    if axis is None:
+        return lambda x, c: x.reshape(-1).index_select(0, c.nonzero().reshape(-1))
+    return lambda x, c: x.index_select(axis, c.nonzero().reshape(-1))
+
+
+@kernel("Unique")
+def _unique(node: Node) -> Kernel:
+    axis, is_sorted, out = node.attr("axis"), node.attr("sorted", 1), _outputs(node)
+
+    def run(x):
+        if axis is None:
+            x = x.reshape(-1)
+        a = 0 if axis is None else _axis(axis, x.dim())
+        y, inverse, counts = torch.unique(x, sorted=True, return_inverse=True, return_counts=True, dim=a)
+        n = x.shape[a]
+        first = torch.full((y.shape[a],), n).scatter_reduce(0, inverse, torch.arange(n), "amin")
+        if not is_sorted:  # order of first occurrence
+            perm = first.argsort()
+            rank = torch.empty_like(perm)
+            rank[perm] = torch.arange(len(perm))
+            y, first, inverse, counts = y.index_select(a, perm), first[perm], rank[inverse], counts[perm]
+        return out((y, first, inverse, counts))
+    return run

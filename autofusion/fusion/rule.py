@@ -1,0 +1,198 @@
+"""Rules and the rewrite driver.
+
+A Rule is a public fused-op name (what users put in the disable list), a level, a one-line
+description, one or more patterns, a check and a replacement. The driver applies a list of rules
+to a fixed point (with a guard on the number of rounds): for each rule, for each node whose op is
+the root of one of its patterns, it tries every structural match; a match whose intermediates
+escape it, or whose check returns a reason, is a near-miss; the first that passes is replaced.
+Near-misses are reported only for nodes that stayed unfused.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from ..errors import GraphError
+from ..ir import DType, Graph, Node, Value, lookup
+from .pattern import Match, Pattern, interior_escapes, match_at
+
+FUSED_DOMAIN = "autofusion"
+
+Check = Callable[[Match], "str | None"]
+Replace = Callable[["Rewriter", Match], "Value | list[Value]"]
+
+
+@dataclass
+class Rule:
+    name: str                       # public fused-op name, e.g. "ConvReluFusionOp"
+    level: int                      # 1: basic/adjacent rules, 2: everything
+    description: str
+    patterns: list[Callable]        # pattern functions: (op, *vars) -> output
+    replace: Replace
+    check: Check | None = None
+    traced: list[Pattern] = field(init=False, repr=False)
+
+    def __post_init__(self):
+        if callable(self.patterns):
+            self.patterns = [self.patterns]
+        self.traced = [Pattern.trace(p) for p in self.patterns]
+
+
+@dataclass
+class NearMiss:
+    rule: str
+    nodes: list[str]
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.rule}: {self.reason}"
+
+
+@dataclass
+class RewriteResult:
+    counts: dict[str, int] = field(default_factory=dict)        # rule -> times applied
+    near_misses: list[NearMiss] = field(default_factory=list)
+    rounds: int = 0
+
+    @property
+    def changed(self) -> bool:
+        return any(self.counts.values())
+
+
+class Rewriter:
+    """The `op` of a replacement: `op.FusedConv(x, w, b, activation="Relu")` adds a node."""
+
+    def __init__(self, graph: Graph, rule: Rule, match: Match):
+        self.graph, self.rule, self.match = graph, rule, match
+        self.new_nodes: list[Node] = []
+        matched = match.matched_nodes
+        self.base_name = min(matched, key=graph.insertion_index).name
+        self.origin = tuple(dict.fromkeys(o for n in matched for o in n.origin))
+
+    def constant(self, data: np.ndarray, hint: str) -> Value:
+        """A new constant computed at compile time (e.g. BatchNorm folded into Conv weights)."""
+        return self.graph.add_constant(self.graph.fresh_name(hint), np.ascontiguousarray(data))
+
+    def __getattr__(self, op_type: str) -> Callable[..., Any]:
+        if op_type.startswith("_"):
+            raise AttributeError(op_type)
+
+        def make(*inputs: Value | None, _domain: str | None = None, _outputs: int = 1, **attrs):
+            domain = _domain if _domain is not None else ("" if lookup("", op_type) else FUSED_DOMAIN)
+            if lookup(domain, op_type) is None:
+                raise GraphError(f"rule {self.rule.name} builds {op_type}, which is not in the op table")
+            inputs = list(inputs)
+            while inputs and inputs[-1] is None:
+                inputs.pop()
+            name = self.graph.fresh_name(self.base_name if not self.new_nodes
+                                         else f"{self.base_name}/{op_type}")
+            node = self.graph.add_node(op_type, inputs, [self.graph.fresh_name(f"{name}_out{i}")
+                                                         for i in range(_outputs)],
+                                       attrs, name, domain, self.origin)
+            node.meta["rule"] = self.rule.name
+            _type_outputs(node)
+            self.new_nodes.append(node)
+            return node.outputs[0] if _outputs == 1 else tuple(node.outputs)
+        return make
+
+
+def _type_outputs(node: Node) -> None:
+    opdef = lookup(node.domain, node.op_type)
+    if opdef is None or opdef.infer is None:
+        return
+    try:
+        types = opdef.infer(node)
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError):
+        return
+    for v, (shape, dtype) in zip(node.outputs, types or ()):
+        v.shape, v.dtype = shape, dtype
+
+
+def _apply(graph: Graph, rule: Rule, m: Match) -> None:
+    op = Rewriter(graph, rule, m)
+    new = rule.replace(op, m)
+    new = [new] if isinstance(new, Value) else list(new)
+    old = m.root.outputs
+    if len(new) != len(old):
+        raise GraphError(f"rule {rule.name} replaced {len(old)} output(s) with {len(new)}")
+    outputs = set(map(id, graph.outputs))
+    for o, n in zip(old, new):
+        if id(o) in outputs and n.producer not in op.new_nodes:
+            n = op.Identity(n, _domain="")   # a graph output keeps its name
+        if n.producer in op.new_nodes:   # the replaced value's type is known better
+            n.shape = o.shape if o.shape is not None else n.shape
+            n.dtype = o.dtype if o.dtype is not None else n.dtype
+        graph.replace_all_uses(o, n)
+        if n.producer in op.new_nodes:   # a new value keeps the name users know it by
+            o.name, n.name = n.name, o.name
+    remove_dead(graph, m.matched_nodes)
+
+
+def remove_dead(graph: Graph, nodes: list[Node]) -> None:
+    """Remove those of `nodes` whose outputs are unused, consumers before producers."""
+    outputs = set(map(id, graph.outputs))
+    pending = [n for n in nodes if n.graph is graph]
+    while pending:
+        dead = [n for n in pending if all(not v.uses and id(v) not in outputs for v in n.outputs)]
+        if not dead:
+            return
+        for n in dead:
+            graph.remove(n)
+        pending = [n for n in pending if n.graph is graph]
+
+
+def apply_rules(graph: Graph, rules: list[Rule], max_rounds: int = 16) -> RewriteResult:
+    """Apply the rules until none matches (or max_rounds); count applications per rule."""
+    result = RewriteResult(counts={r.name: 0 for r in rules})
+    misses: dict[tuple[str, int], tuple[Node, NearMiss]] = {}
+    for result.rounds in range(1, max_rounds + 1):
+        changed = False
+        for rule in rules:
+            roots = {p.root_op for p in rule.traced}
+            for node in graph.nodes:
+                if node.graph is not graph or (node.domain, node.op_type) not in roots:
+                    continue
+                for pattern in rule.traced:
+                    miss = _try(graph, rule, pattern, node)
+                    if miss is None:
+                        result.counts[rule.name] += 1
+                        changed = True
+                        break
+                    if miss is not True:
+                        misses[(rule.name, id(node))] = (node, miss)
+        if not changed:
+            break
+    result.near_misses = [miss for node, miss in misses.values() if node.graph is graph]
+    return result
+
+
+def _try(graph: Graph, rule: Rule, pattern: Pattern, node: Node) -> NearMiss | bool | None:
+    """None: applied. True: no structural match. A NearMiss: matched but refused."""
+    miss: NearMiss | bool = True
+    for m in match_at(pattern, node):
+        names = [n.name for n in m.matched_nodes]
+        escape = interior_escapes(m, graph.outputs)
+        if escape is not None:
+            v, user = escape
+            where = f"{user.op_type} {user.name!r}" if user else "a graph output"
+            miss = NearMiss(rule.name, names, f"{v.name!r} is also used by {where}, so it "
+                                              "must stay in memory")
+            continue
+        reason = rule.check(m) if rule.check else None
+        if reason:
+            miss = NearMiss(rule.name, names, reason)
+            continue
+        _apply(graph, rule, m)
+        return None
+    return miss
+
+
+def scalar(v: Value | None) -> float | None:
+    """The value of a constant whose elements are all equal, else None."""
+    if v is None or v.const is None or v.const.size == 0 or v.dtype not in (
+            DType.FLOAT, DType.DOUBLE, DType.FLOAT16, DType.INT64, DType.INT32):
+        return None
+    flat = np.asarray(v.const, dtype=np.float64).reshape(-1)
+    return float(flat[0]) if np.all(flat == flat[0]) else None
