@@ -94,7 +94,11 @@ class _GPT2(nn.Module):
         self.model = model
 
     def forward(self, input_ids):
-        return self.model(input_ids=input_ids, use_cache=False, return_dict=True).last_hidden_state
+        # An explicit all-ones mask: without one, transformers looks for packed sequences in the
+        # position ids with torch.diff, which the TorchScript exporter cannot export.
+        mask = torch.ones_like(input_ids)
+        out = self.model(input_ids=input_ids, attention_mask=mask, use_cache=False, return_dict=True)
+        return out.last_hidden_state
 
 
 def _bert() -> nn.Module:
@@ -190,16 +194,26 @@ def export_onnx(name: str, path: str | os.PathLike, batch: int = 1,
     s = spec(name)
     model = build(name)
     inputs = example_inputs(name, batch)
-    args = tuple(inputs.values())
     path = os.fspath(path)
+    # nn.MultiheadAttention (ViT) in eval mode takes a fused fast path, an op no exporter knows;
+    # switch it off so attention exports as its parts.
+    fastpath = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        _export(model, tuple(inputs.values()), path, exporter, opset, list(inputs), list(s.outputs))
+    finally:
+        torch.backends.mha.set_fastpath_enabled(fastpath)
+    return path
+
+
+def _export(model, args, path, exporter, opset, input_names, output_names) -> None:
     with torch.no_grad():
         if exporter == "torchscript":
             torch.onnx.export(model, args, path, dynamo=False, do_constant_folding=False,
                               opset_version=opset or TORCHSCRIPT_OPSET,
                               training=torch.onnx.TrainingMode.EVAL,
-                              input_names=list(inputs), output_names=list(s.outputs))
+                              input_names=input_names, output_names=output_names)
         else:
             torch.onnx.export(model, args, path, dynamo=True, optimize=False,
                               opset_version=opset, external_data=False,
-                              input_names=list(inputs), output_names=list(s.outputs))
-    return path
+                              input_names=input_names, output_names=output_names)

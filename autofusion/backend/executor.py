@@ -64,9 +64,10 @@ class Program:
         counter = 0
         for j, n in enumerate(nodes):
             try:
-                namespace[f"k{j}"] = KERNELS[n.op](n)
+                fn = namespace[f"k{j}"] = KERNELS[n.op](n)
             except (KernelBuildError, NotImplementedError) as e:
                 raise KernelBuildError(f"cannot build a kernel for {n.describe()}: {e}") from None
+            skip = getattr(fn, "baked_inputs", ())   # constants the kernel captured itself
             outs = []
             for v in n.outputs:
                 if v.uses or id(v) in keep:
@@ -76,7 +77,9 @@ class Program:
                 else:
                     outs.append("_")
             args = []
-            for v in n.inputs:
+            for i, v in enumerate(n.inputs):
+                if i in skip:
+                    continue
                 if v is None:
                     args.append("None")
                     continue

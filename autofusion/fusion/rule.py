@@ -10,15 +10,14 @@ Near-misses are reported only for nodes that stayed unfused.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 
 from ..errors import GraphError
-from ..ir import DType, Graph, Node, Value, lookup
+from ..ir import DType, Graph, Node, Value
+from ..ir.builder import GraphBuilder
 from .pattern import Match, Pattern, interior_escapes, match_at
-
-FUSED_DOMAIN = "autofusion"
 
 Check = Callable[[Match], "str | None"]
 Replace = Callable[["Rewriter", Match], "Value | list[Value]"]
@@ -61,53 +60,18 @@ class RewriteResult:
         return any(self.counts.values())
 
 
-class Rewriter:
-    """The `op` of a replacement: `op.FusedConv(x, w, b, activation="Relu")` adds a node."""
+class Rewriter(GraphBuilder):
+    """The `op` of a replacement: `op.FusedConv(x, w, b, activation="Relu")` adds a node,
+    named after the first matched node, standing for all matched nodes, tagged with the rule."""
 
     def __init__(self, graph: Graph, rule: Rule, match: Match):
-        self.graph, self.rule, self.match = graph, rule, match
-        self.new_nodes: list[Node] = []
         matched = match.matched_nodes
-        self.base_name = min(matched, key=graph.insertion_index).name
-        self.origin = tuple(dict.fromkeys(o for n in matched for o in n.origin))
+        super().__init__(graph, min(matched, key=graph.insertion_index).name,
+                         tuple(dict.fromkeys(o for n in matched for o in n.origin)))
+        self.rule, self.match = rule, match
 
-    def constant(self, data: np.ndarray, hint: str) -> Value:
-        """A new constant computed at compile time (e.g. BatchNorm folded into Conv weights)."""
-        return self.graph.add_constant(self.graph.fresh_name(hint), np.ascontiguousarray(data))
-
-    def __getattr__(self, op_type: str) -> Callable[..., Any]:
-        if op_type.startswith("_"):
-            raise AttributeError(op_type)
-
-        def make(*inputs: Value | None, _domain: str | None = None, _outputs: int = 1, **attrs):
-            domain = _domain if _domain is not None else ("" if lookup("", op_type) else FUSED_DOMAIN)
-            if lookup(domain, op_type) is None:
-                raise GraphError(f"rule {self.rule.name} builds {op_type}, which is not in the op table")
-            inputs = list(inputs)
-            while inputs and inputs[-1] is None:
-                inputs.pop()
-            name = self.graph.fresh_name(self.base_name if not self.new_nodes
-                                         else f"{self.base_name}/{op_type}")
-            node = self.graph.add_node(op_type, inputs, [self.graph.fresh_name(f"{name}_out{i}")
-                                                         for i in range(_outputs)],
-                                       attrs, name, domain, self.origin)
-            node.meta["rule"] = self.rule.name
-            _type_outputs(node)
-            self.new_nodes.append(node)
-            return node.outputs[0] if _outputs == 1 else tuple(node.outputs)
-        return make
-
-
-def _type_outputs(node: Node) -> None:
-    opdef = lookup(node.domain, node.op_type)
-    if opdef is None or opdef.infer is None:
-        return
-    try:
-        types = opdef.infer(node)
-    except (TypeError, ValueError, KeyError, IndexError, AttributeError):
-        return
-    for v, (shape, dtype) in zip(node.outputs, types or ()):
-        v.shape, v.dtype = shape, dtype
+    def on_new_node(self, node: Node) -> None:
+        node.meta["rule"] = self.rule.name
 
 
 def _apply(graph: Graph, rule: Rule, m: Match) -> None:

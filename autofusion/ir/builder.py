@@ -1,0 +1,69 @@
+"""A small builder that adds nodes to a graph: `op.Conv(x, w, strides=[2, 2])` returns its output.
+
+Used wherever code writes graph fragments: fusion replacements and fused-op decompositions.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from ..errors import GraphError
+from .graph import Graph, Node, Value
+from .ops import lookup
+
+FUSED_DOMAIN = "autofusion"
+
+
+class GraphBuilder:
+    def __init__(self, graph: Graph, name_hint: str = "", origin: tuple[str, ...] = ()):
+        self.graph = graph
+        self.name_hint = name_hint
+        self.origin = origin
+        self.new_nodes: list[Node] = []
+
+    def constant(self, data: np.ndarray, hint: str = "const") -> Value:
+        return self.graph.add_constant(self.graph.fresh_name(hint), np.ascontiguousarray(data))
+
+    def node_name(self, op_type: str) -> str:
+        hint = self.name_hint if self.name_hint and not self.new_nodes else \
+            f"{self.name_hint}/{op_type}" if self.name_hint else op_type
+        return self.graph.fresh_name(hint)
+
+    def on_new_node(self, node: Node) -> None:
+        """Hook for subclasses (e.g. to type or tag the node)."""
+
+    def __getattr__(self, op_type: str) -> Callable[..., Any]:
+        if op_type.startswith("_"):
+            raise AttributeError(op_type)
+
+        def make(*inputs: Value | None, _domain: str | None = None, _outputs: int = 1, **attrs):
+            domain = _domain if _domain is not None else ("" if lookup("", op_type) else FUSED_DOMAIN)
+            if lookup(domain, op_type) is None:
+                raise GraphError(f"cannot build {op_type}: it is not in the op table")
+            inputs = list(inputs)
+            while inputs and inputs[-1] is None:
+                inputs.pop()
+            name = self.node_name(op_type)
+            node = self.graph.add_node(op_type, inputs,
+                                       [self.graph.fresh_name(f"{name}_out{i}") for i in range(_outputs)],
+                                       {k: v for k, v in attrs.items() if v is not None}, name, domain,
+                                       self.origin)
+            self.new_nodes.append(node)
+            infer_types(node)
+            self.on_new_node(node)
+            return node.outputs[0] if _outputs == 1 else tuple(node.outputs)
+        return make
+
+
+def infer_types(node: Node) -> None:
+    """Type the node's outputs with its op's shape rule, where it has one and can tell."""
+    opdef = lookup(node.domain, node.op_type)
+    if opdef is None or opdef.infer is None:
+        return
+    try:
+        types = opdef.infer(node)
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError):
+        return
+    for v, (shape, dtype) in zip(node.outputs, types or ()):
+        v.shape, v.dtype = shape, dtype

@@ -1,0 +1,185 @@
+"""Fused operators (domain "autofusion"): the ops fusion rules produce.
+
+Each is an op-table entry like any other, plus its meaning in standard ONNX ops: `decompose`
+writes the fused node as the subgraph it stands for. Export uses it as the body of the ONNX
+function backing the fused node (so ONNX Runtime and Netron can open the fused file), and the
+tests use it as the reference the fused kernel must match.
+
+An activation is carried as an attribute pair: `activation` (an ONNX op name, or "SiLU",
+"GeluTanh", or "" for none) and `activation_params` (its float attributes in a fixed order).
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+
+from .builder import FUSED_DOMAIN, GraphBuilder
+from .graph import Node, Value
+from .ops import OpClass, OpDef, register
+
+Decompose = Callable[..., "list[Value]"]
+DECOMPOSITIONS: dict[str, Decompose] = {}
+
+
+def fused_op(name: str, op_class: OpClass, infer=None):
+    """Register a fused op in the op table with its decomposition into standard ONNX ops."""
+    def deco(fn: Decompose) -> Decompose:
+        register(OpDef(name, op_class, infer, domain=FUSED_DOMAIN, doc=(fn.__doc__ or "").strip()))
+        DECOMPOSITIONS[name] = fn
+        return fn
+    return deco
+
+
+def _same_as_input(node: Node):
+    return [(node.inputs[0].shape, node.inputs[0].dtype)]
+
+
+# ---- activations ------------------------------------------------------------------------
+# name -> (parameter names with defaults, decomposition)
+
+def _scalar(op: GraphBuilder, x: float, like: Value) -> Value:
+    dtype = like.dtype.numpy if like.dtype is not None else np.float32
+    return op.constant(np.array(x, dtype=dtype), "c")
+
+
+ACTIVATIONS: dict[str, tuple[dict[str, float], Callable[..., Value]]] = {
+    "": ({}, lambda op, x: x),
+    "Relu": ({}, lambda op, x: op.Relu(x)),
+    "LeakyRelu": ({"alpha": 0.01}, lambda op, x, alpha: op.LeakyRelu(x, alpha=alpha)),
+    "Clip": ({"min": -math.inf, "max": math.inf},
+             lambda op, x, min, max: op.Clip(x, _scalar(op, min, x), _scalar(op, max, x))),
+    "Sigmoid": ({}, lambda op, x: op.Sigmoid(x)),
+    "Tanh": ({}, lambda op, x: op.Tanh(x)),
+    "HardSigmoid": ({"alpha": 0.2, "beta": 0.5},
+                    lambda op, x, alpha, beta: op.HardSigmoid(x, alpha=alpha, beta=beta)),
+    "HardSwish": ({}, lambda op, x: op.HardSwish(x)),
+    "Elu": ({"alpha": 1.0}, lambda op, x, alpha: op.Elu(x, alpha=alpha)),
+    "SiLU": ({}, lambda op, x: op.Mul(x, op.Sigmoid(x))),
+    "Gelu": ({}, lambda op, x: _gelu(op, x, "none")),
+    "GeluTanh": ({}, lambda op, x: _gelu(op, x, "tanh")),
+}
+
+
+def activation_attrs(name: str, **params: float) -> dict:
+    """The attribute pair for an activation, parameters in the table's order."""
+    defaults, _ = ACTIVATIONS[name]
+    return {"activation": name,
+            "activation_params": [float(params.get(k, d)) for k, d in defaults.items()]}
+
+
+def apply_activation(op: GraphBuilder, node: Node, x: Value) -> Value:
+    name = node.attr("activation", "")
+    defaults, build = ACTIVATIONS[name]
+    return build(op, x, *node.attr("activation_params", list(defaults.values())))
+
+
+def _gelu(op: GraphBuilder, x: Value, approximate: str) -> Value:
+    if approximate == "tanh":   # 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
+        inner = op.Mul(_scalar(op, math.sqrt(2 / math.pi), x),
+                       op.Add(x, op.Mul(_scalar(op, 0.044715, x), op.Mul(x, op.Mul(x, x)))))
+        return op.Mul(op.Mul(_scalar(op, 0.5, x), x), op.Add(_scalar(op, 1.0, x), op.Tanh(inner)))
+    return op.Mul(op.Mul(_scalar(op, 0.5, x), x),
+                  op.Add(_scalar(op, 1.0, x), op.Erf(op.Div(x, _scalar(op, math.sqrt(2), x)))))
+
+
+# ---- the fused ops ------------------------------------------------------------------------
+
+@fused_op("FusedConv", OpClass.COMPLEX)
+def fused_conv(op: GraphBuilder, node: Node, x, w, b=None, z=None):
+    """act(Conv(x, w, b) + z): a convolution with its bias, residual and activation epilogue."""
+    y = op.Conv(x, w, b, **{k: node.attrs[k] for k in ("strides", "pads", "dilations", "group")
+                            if k in node.attrs})
+    if z is not None:
+        y = op.Add(y, z)
+    return [apply_activation(op, node, y)]
+
+
+@fused_op("FusedMatMul", OpClass.COMPLEX)
+def fused_matmul(op: GraphBuilder, node: Node, a, b, c=None):
+    """act(alpha·(Aᵀ?·Bᵀ?) + beta·C): MatMul/Gemm with transposes, scale, bias and activation."""
+    rank = lambda v: len(v.shape) if v.shape is not None else 2  # noqa: E731
+    for attr, v in (("trans_a", "a"), ("trans_b", "b")):
+        if node.attr(attr, 0):
+            t = a if v == "a" else b
+            perm = list(range(rank(t)))
+            perm[-2:] = perm[-1], perm[-2]
+            t = op.Transpose(t, perm=perm)
+            a, b = (t, b) if v == "a" else (a, t)
+    y = op.MatMul(a, b)
+    if node.attr("alpha", 1.0) != 1.0:
+        y = op.Mul(y, _scalar(op, node.attr("alpha"), y if y.dtype else a))
+    if c is not None:
+        if node.attr("beta", 1.0) != 1.0:
+            c = op.Mul(c, _scalar(op, node.attr("beta"), c))
+        y = op.Add(y, c)
+    return [apply_activation(op, node, y)]
+
+
+@fused_op("LayerNorm", OpClass.REDUCTION, _same_as_input)
+def layer_norm(op: GraphBuilder, node: Node, x, scale, bias=None, residual=None):
+    """LayerNormalization(x + residual): layer norm with the residual add in front of it."""
+    if residual is not None:
+        x = op.Add(x, residual)
+    axes = list(range(node.attr("axis", -1) % len(x.shape), len(x.shape)))
+    centered = op.Sub(x, reduce_mean(op, x, axes))
+    var = reduce_mean(op, op.Mul(centered, centered), axes)
+    y = op.Mul(op.Div(centered, op.Sqrt(op.Add(var, _scalar(op, node.attr("epsilon", 1e-5), x)))), scale)
+    return [y if bias is None else op.Add(y, bias)]
+
+
+@fused_op("RMSNorm", OpClass.REDUCTION, _same_as_input)
+def rms_norm(op: GraphBuilder, node: Node, x, scale):
+    """x / √(mean(x², axis) + ε) · scale."""
+    axes = list(range(node.attr("axis", -1) % len(x.shape), len(x.shape)))
+    rms = op.Sqrt(op.Add(reduce_mean(op, op.Mul(x, x), axes), _scalar(op, node.attr("epsilon", 1e-6), x)))
+    return [op.Mul(op.Div(x, rms), scale)]
+
+
+def reduce_mean(op: GraphBuilder, x: Value, axes: list[int]) -> Value:
+    """ReduceMean keeping dims, in the form the graph's opset wants (axes input from 18)."""
+    if op.graph.opset.get("", 21) >= 18:
+        return op.ReduceMean(x, op.constant(np.array(axes, np.int64), "axes"), keepdims=1)
+    return op.ReduceMean(x, axes=axes, keepdims=1)
+
+
+@fused_op("Gelu", OpClass.ELEMWISE, _same_as_input)
+def gelu(op: GraphBuilder, node: Node, x):
+    """GELU, exact (erf) or with the tanh approximation."""
+    return [_gelu(op, x, node.attr("approximate", "none"))]
+
+
+@fused_op("Activation", OpClass.ELEMWISE, _same_as_input)
+def activation(op: GraphBuilder, node: Node, x):
+    """A named activation (SiLU, HardSwish, …) written out in primitive ops in the model."""
+    return [apply_activation(op, node, x)]
+
+
+@fused_op("Attention", OpClass.COMPLEX)
+def attention(op: GraphBuilder, node: Node, q, k, v, mask=None):
+    """softmax(q·kᵀ·scale + mask)·v over [batch, heads, seq, head_dim]."""
+    perm = list(range(len(k.shape))) if k.shape is not None else [0, 1, 2, 3]
+    perm[-2:] = perm[-1], perm[-2]
+    s = op.Mul(op.MatMul(q, op.Transpose(k, perm=perm)), _scalar(op, node.attr("scale", 1.0), q))
+    if mask is not None:
+        s = op.Add(s, mask)
+    return [op.MatMul(op.Softmax(s, axis=-1), v)]
+
+
+@fused_op("PoolGemm", OpClass.COMPLEX)
+def pool_gemm(op: GraphBuilder, node: Node, x, w, b=None):
+    """Gemm(Flatten(GlobalAveragePool(x)), w, b): the Conv-network classifier head."""
+    flat = op.Flatten(op.GlobalAveragePool(x), axis=1)
+    return [op.Gemm(flat, w, b, transB=node.attr("transB", 0), alpha=node.attr("alpha", 1.0),
+                    beta=node.attr("beta", 1.0))]
+
+
+def decompose(node: Node) -> "Graph":
+    """The fused node as a standalone graph of standard ONNX ops (inputs in0, in1, …)."""
+    from .graph import Graph
+    g = Graph(f"{node.op_type}_body", dict(node.graph.opset) if node.graph else None)
+    ins = [None if v is None else g.add_input(f"in{i}", v.shape, v.dtype)
+           for i, v in enumerate(node.inputs)]
+    g.outputs = list(DECOMPOSITIONS[node.op_type](GraphBuilder(g), node, *ins))
+    return g
