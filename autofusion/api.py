@@ -2,28 +2,37 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
+from typing import Iterable
 
 import onnx
 
-from .backend import CompiledModel, check_supported
+from .backend import CompiledModel, check_supported, evaluate_node
 from .frontend import import_onnx
+from .fusion import optimize, resolve_controls
 from .ir import Graph
 
-LEVELS = (0,)  # fusion levels available; fusion (levels 1 and 2) plugs in here
+Model = str | os.PathLike | onnx.ModelProto | Graph
 
 
-def load(model: str | os.PathLike | onnx.ModelProto | Graph) -> Graph:
+def load(model: Model) -> Graph:
     """Read a model (path, ModelProto or IR Graph) into an IR Graph, checking every op is supported."""
     graph = model if isinstance(model, Graph) else import_onnx(model)
     check_supported(graph)
     return graph
 
 
-def compile(model: str | os.PathLike | onnx.ModelProto | Graph, level: int = 0) -> CompiledModel:  # noqa: A001
-    """Compile an ONNX model (a path or a ModelProto) into a callable CompiledModel.
+def compile(model: Model, level: int | None = None,  # noqa: A001 - mirrors torch.compile
+            disable: Iterable[str] | str | None = None) -> CompiledModel:
+    """Compile an ONNX model (a path, a ModelProto or an IR Graph) into a callable CompiledModel.
 
-    `level` selects fusion: 0 runs every operator as imported.
+    level: 0 runs every operator as imported, 1 applies clean-up and the basic rules, 2 (the
+    default) everything. disable: fused-op names to leave unfused. Both default to the
+    environment (AUTOFUSION_LEVEL / AUTOFUSION_DISABLE, or the original's CANN_GRAPH_FUSION /
+    GE_FUSION_DISABLE_LIST).
     """
-    if level not in LEVELS:
-        raise ValueError(f"fusion level {level} is not available; choose one of {list(LEVELS)}")
-    return CompiledModel(load(model))
+    level, disable = resolve_controls(level, disable)
+    graph = load(model)
+    name = Path(model).name if isinstance(model, (str, os.PathLike)) else graph.name
+    report = optimize(graph, level, disable, evaluate_node, model_name=name)
+    return CompiledModel(graph, report)

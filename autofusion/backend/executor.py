@@ -218,3 +218,15 @@ def _to_numpy(t: torch.Tensor) -> np.ndarray:
     if t.dtype == torch.bfloat16:
         return t.float().numpy()
     return t.detach().resolve_conj().resolve_neg().numpy()
+
+
+def evaluate_node(node: Node, arrays) -> list[np.ndarray]:
+    """Run one node on numpy inputs with its PyTorch kernel (used for constant folding)."""
+    fn = KERNELS[node.op](node)
+    skip = getattr(fn, "baked_inputs", ())
+    args = [None if a is None else to_torch(np.asarray(a), v.dtype if v is not None else None)
+            for i, (a, v) in enumerate(zip(arrays, node.inputs)) if i not in skip]
+    with torch.inference_mode():
+        out = fn(*args)
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    return [_to_numpy(t) for t in outs]

@@ -18,11 +18,13 @@ bind the same value, a pattern node reached twice the same graph node.
 """
 from __future__ import annotations
 
+import functools
 import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 import numpy as np
+import onnx
 
 from ..ir import Node, Value, lookup
 
@@ -131,17 +133,21 @@ class Pattern:
     def root_op(self) -> tuple[str, str]:
         return self.output.node.domain, self.output.node.op_type
 
-    @property
-    def op_count(self) -> int:
-        seen: set[int] = set()
+    def node_pats(self) -> list[NodePat]:
+        """The pattern's ops, inputs before users."""
+        order: dict[int, NodePat] = {}
 
         def walk(p: Pat):
-            if isinstance(p, Out) and id(p.node) not in seen:
-                seen.add(id(p.node))
+            if isinstance(p, Out) and id(p.node) not in order:
                 for i in p.node.inputs:
                     walk(i)
+                order[id(p.node)] = p.node
         walk(self.output)
-        return len(seen)
+        return list(order.values())
+
+    def describe(self) -> str:
+        """E.g. "Conv+BatchNormalization+Relu?" (? marks an op that may be absent)."""
+        return "+".join(n.op_type + ("?" if n.optional else "") for n in self.node_pats())
 
 
 @dataclass
@@ -180,8 +186,29 @@ def const_equals(v: Value, c: float, rtol: float = 1e-6) -> bool:
     return bool(np.all(np.abs(data - c) <= rtol * max(abs(c), 1e-30)))
 
 
+@functools.lru_cache(maxsize=None)
+def schema_default(domain: str, op_type: str, version: int, key: str) -> Any:
+    """An attribute's default from the ONNX schema (None where there is none)."""
+    try:
+        attr = onnx.defs.get_schema(op_type, version, domain).attributes[key]
+    except (onnx.defs.SchemaError, KeyError):
+        return None
+    if not attr.default_value.name:
+        return None
+    value = onnx.helper.get_attribute_value(attr.default_value)
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def attr_value(node: Node, key: str) -> Any:
+    """The node's attribute, or the schema's default when the node leaves it out."""
+    if key in node.attrs:
+        return node.attrs[key]
+    version = node.graph.opset.get(node.domain, 1) if node.graph is not None else 21
+    return schema_default(node.domain, node.op_type, version, key)
+
+
 def _attr_ok(node: Node, key: str, want: Any) -> bool:
-    have = node.attrs.get(key)
+    have = attr_value(node, key)
     if callable(want):
         return bool(want(have))
     if isinstance(want, (list, tuple)):

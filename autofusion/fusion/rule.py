@@ -17,6 +17,7 @@ import numpy as np
 from ..errors import GraphError
 from ..ir import DType, Graph, Node, Value
 from ..ir.builder import GraphBuilder
+from .cost import seconds
 from .pattern import Match, Pattern, interior_escapes, match_at
 
 Check = Callable[[Match], "str | None"]
@@ -54,6 +55,10 @@ class RewriteResult:
     counts: dict[str, int] = field(default_factory=dict)        # rule -> times applied
     near_misses: list[NearMiss] = field(default_factory=list)
     rounds: int = 0
+    # estimated seconds of the matched nodes before, and of their replacements after
+    seconds_before: dict[str, float] = field(default_factory=dict)
+    seconds_after: dict[str, float] = field(default_factory=dict)
+    fused_into: dict[str, set[str]] = field(default_factory=dict)   # rule -> op types made
 
     @property
     def changed(self) -> bool:
@@ -74,7 +79,7 @@ class Rewriter(GraphBuilder):
         node.meta["rule"] = self.rule.name
 
 
-def _apply(graph: Graph, rule: Rule, m: Match) -> None:
+def _apply(graph: Graph, rule: Rule, m: Match) -> Rewriter:
     op = Rewriter(graph, rule, m)
     new = rule.replace(op, m)
     new = [new] if isinstance(new, Value) else list(new)
@@ -92,6 +97,7 @@ def _apply(graph: Graph, rule: Rule, m: Match) -> None:
         if n.producer in op.new_nodes:   # a new value keeps the name users know it by
             o.name, n.name = n.name, o.name
     remove_dead(graph, m.matched_nodes)
+    return op
 
 
 def remove_dead(graph: Graph, nodes: list[Node]) -> None:
@@ -109,7 +115,9 @@ def remove_dead(graph: Graph, nodes: list[Node]) -> None:
 
 def apply_rules(graph: Graph, rules: list[Rule], max_rounds: int = 16) -> RewriteResult:
     """Apply the rules until none matches (or max_rounds); count applications per rule."""
-    result = RewriteResult(counts={r.name: 0 for r in rules})
+    result = RewriteResult(counts={r.name: 0 for r in rules},
+                           seconds_before={r.name: 0.0 for r in rules},
+                           seconds_after={r.name: 0.0 for r in rules})
     misses: dict[tuple[str, int], tuple[Node, NearMiss]] = {}
     for result.rounds in range(1, max_rounds + 1):
         changed = False
@@ -119,9 +127,8 @@ def apply_rules(graph: Graph, rules: list[Rule], max_rounds: int = 16) -> Rewrit
                 if node.graph is not graph or (node.domain, node.op_type) not in roots:
                     continue
                 for pattern in rule.traced:
-                    miss = _try(graph, rule, pattern, node)
+                    miss = _try(graph, rule, pattern, node, result)
                     if miss is None:
-                        result.counts[rule.name] += 1
                         changed = True
                         break
                     if miss is not True:
@@ -132,7 +139,8 @@ def apply_rules(graph: Graph, rules: list[Rule], max_rounds: int = 16) -> Rewrit
     return result
 
 
-def _try(graph: Graph, rule: Rule, pattern: Pattern, node: Node) -> NearMiss | bool | None:
+def _try(graph: Graph, rule: Rule, pattern: Pattern, node: Node,
+         result: RewriteResult) -> NearMiss | bool | None:
     """None: applied. True: no structural match. A NearMiss: matched but refused."""
     miss: NearMiss | bool = True
     for m in match_at(pattern, node):
@@ -148,7 +156,12 @@ def _try(graph: Graph, rule: Rule, pattern: Pattern, node: Node) -> NearMiss | b
         if reason:
             miss = NearMiss(rule.name, names, reason)
             continue
-        _apply(graph, rule, m)
+        before = seconds(m.matched_nodes)
+        op = _apply(graph, rule, m)
+        result.counts[rule.name] += 1
+        result.seconds_before[rule.name] += before
+        result.seconds_after[rule.name] += seconds(op.new_nodes)
+        result.fused_into.setdefault(rule.name, set()).update(n.op for n in op.new_nodes)
         return None
     return miss
 

@@ -38,7 +38,9 @@ class GraphBuilder:
             raise AttributeError(op_type)
 
         def make(*inputs: Value | None, _domain: str | None = None, _outputs: int = 1, **attrs):
-            domain = _domain if _domain is not None else ("" if lookup("", op_type) else FUSED_DOMAIN)
+            # a fused op of that name wins: it is what rules and decompositions mean by it
+            domain = _domain if _domain is not None else (
+                FUSED_DOMAIN if lookup(FUSED_DOMAIN, op_type) else "")
             if lookup(domain, op_type) is None:
                 raise GraphError(f"cannot build {op_type}: it is not in the op table")
             inputs = list(inputs)

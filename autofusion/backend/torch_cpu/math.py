@@ -2,14 +2,15 @@
 from __future__ import annotations
 
 import functools
-from typing import Callable, Sequence
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
 
 from ...errors import KernelBuildError
 from ...ir import Node
-from .common import TORCH_DTYPES, Kernel, KernelBuilder, const_input, ints_of, kernel, opset, torch_dtype
+from .common import (TORCH_DTYPES, Kernel, KernelBuilder, const_input, ints_of, kernel, opset,
+                     torch_dtype)
 
 INF = float("inf")
 
@@ -130,6 +131,8 @@ def _dropout(node: Node) -> Kernel:
         if _scalar(node, 2) and (0.5 if ratio is None else ratio) > 0:
             raise KernelBuildError("Dropout in training mode (random masks) is not supported")
         check = False
+    if not check and not two:
+        return lambda x, *_: x
 
     def run(x, r=None, t=None):
         if check and bool(t) and (0.5 if r is None else float(r)) > 0:
@@ -156,14 +159,15 @@ def _cast_like(node: Node) -> Kernel:
 
 # ---- binary and variadic (broadcasting) ---------------------------------------------------
 
-_BINARY: dict[str, Callable] = {
+# ops that are one torch call with ONNX's signature and numpy broadcasting
+_DIRECT: dict[str, Callable] = {
     "Add": torch.add, "Sub": torch.sub, "Mul": torch.mul,
     "Equal": torch.eq, "Less": torch.lt, "Greater": torch.gt, "LessOrEqual": torch.le,
     "GreaterOrEqual": torch.ge, "And": torch.logical_and, "Or": torch.logical_or,
     "Xor": torch.logical_xor, "BitwiseAnd": torch.bitwise_and, "BitwiseOr": torch.bitwise_or,
     "BitwiseXor": torch.bitwise_xor, "Where": torch.where,
 }
-for _op, _fn in _BINARY.items():
+for _op, _fn in _DIRECT.items():
     kernel(_op)(lambda node, _fn=_fn: _fn)
 
 
@@ -249,8 +253,8 @@ def _bitshift(node: Node) -> Kernel:
 @kernel("BatchNormalization")
 def _batchnorm(node: Node) -> Kernel:
     eps = node.attr("epsilon", 1e-5)
-    training = node.attr("training_mode", 0) if opset(node) >= 14 else len(node.outputs) > 1
-    if training or (opset(node) < 7 and node.attr("is_test", 0) == 0):
+    # training mode: the attribute from opset 14, before it the running-statistics outputs
+    if node.attr("training_mode", 0) if opset(node) >= 14 else len(node.outputs) > 1:
         raise KernelBuildError("BatchNormalization in training mode is not supported")
     if opset(node) < 9 and node.attr("spatial", 1) == 0:
         # per-element statistics of shape x.shape[1:]: plain broadcasting
@@ -300,7 +304,8 @@ def _sum(x, dims, keep):
 # op -> (kernel for float inputs, kernel for other inputs), each (x, dims, keepdim) -> tensor
 _REDUCE: dict[str, tuple[Callable, Callable]] = {
     "ReduceSum": (torch.sum, _sum),
-    "ReduceMean": (torch.mean, lambda x, d, k: torch.mean(x, d, k, dtype=torch.float64).to(x.dtype)),
+    "ReduceMean": (torch.mean,
+                   lambda x, d, k: torch.mean(x, d, k, dtype=torch.float64).to(x.dtype)),
     "ReduceMax": (_extreme(torch.amax, True),) * 2,
     "ReduceMin": (_extreme(torch.amin, False),) * 2,
     "ReduceProd": (_prod, _prod),
@@ -361,7 +366,8 @@ def _cumsum(node: Node) -> Kernel:
             x = x.flip(d)
         y = torch.cumsum(x, d, dtype=x.dtype)
         if exclusive and x.shape[d]:  # shift by one: y[i] = sum of x[:i]
-            y = torch.cat([torch.zeros_like(y.narrow(d, 0, 1)), y.narrow(d, 0, x.shape[d] - 1)], d)
+            y = torch.cat([torch.zeros_like(y.narrow(d, 0, 1)), y.narrow(d, 0, y.shape[d] - 1)],
+                          d)
         return y.flip(d) if reverse else y
     return run
 

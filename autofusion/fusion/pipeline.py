@@ -1,0 +1,103 @@
+"""The compile pipeline: the passes and rule sets of each level, in order, with the report.
+
+    level 0   nothing: every operator runs as imported
+    level 1   clean-up (static shapes, constant folding, CSE, dead code), redundancy rules and
+              the adjacent-operator rules of level 1
+    level 2   everything: level 1 plus the level-2 rules (cross-operator, attention, …)
+
+Rules apply to a fixed point, then clean-up runs again (folding leaves unused constants behind).
+"""
+from __future__ import annotations
+
+import os
+from typing import Iterable
+
+from ..errors import AutofusionError
+from ..ir import Graph
+from ..passes import (Evaluator, eliminate_common_subexpressions, eliminate_dead_code,
+                      fold_constants, fold_static_shapes)
+from .cost import seconds
+from .report import FusionReport, NearMissReport, RuleReport
+from .rule import Rule, apply_rules
+from .rules import RULES
+
+LEVELS = (0, 1, 2)
+DEFAULT_LEVEL = 2
+
+# Our own variable names first; the original's names are honoured as aliases.
+LEVEL_VARS = ("AUTOFUSION_LEVEL", "CANN_GRAPH_FUSION")
+DISABLE_VARS = ("AUTOFUSION_DISABLE", "GE_FUSION_DISABLE_LIST")
+
+
+def rule_names() -> list[str]:
+    return [r.name for r in RULES]
+
+
+def resolve_controls(level: int | None, disable: Iterable[str] | str | None) -> tuple[int, list[str]]:
+    """Level and disable list from the arguments, else the environment, else the defaults."""
+    if level is None:
+        for var in LEVEL_VARS:
+            if os.environ.get(var, "").strip():
+                raw = os.environ[var].strip()
+                if not raw.isdigit():
+                    raise AutofusionError(f"{var}={raw!r}: the fusion level must be 0, 1 or 2")
+                level = int(raw)
+                break
+        else:
+            level = DEFAULT_LEVEL
+    if level not in LEVELS:
+        raise AutofusionError(f"fusion level {level} does not exist; choose 0, 1 or 2")
+    if disable is None:
+        disable = next((os.environ[v] for v in DISABLE_VARS if os.environ.get(v, "").strip()), "")
+    if isinstance(disable, str):
+        disable = [d for d in (x.strip() for x in disable.replace(";", ",").split(",")) if d]
+    disable = list(dict.fromkeys(disable))
+    unknown = [d for d in disable if d not in rule_names()]
+    if unknown:
+        raise AutofusionError(f"unknown fused-op name(s) in the disable list: {', '.join(unknown)}; "
+                              f"valid names: {', '.join(sorted(rule_names()))}")
+    return level, disable
+
+
+def cleanup(graph: Graph, evaluate: Evaluator | None, counts: dict[str, int]) -> None:
+    for _ in range(8):   # each pass can expose work for another; a guard bounds the loop
+        changed = 0
+        for name, run in (("static shapes folded", fold_static_shapes),
+                          ("constants folded", (lambda g: fold_constants(g, evaluate)) if evaluate else None),
+                          ("duplicates merged", eliminate_common_subexpressions),
+                          ("dead nodes removed", eliminate_dead_code)):
+            if run is None:
+                continue
+            n = run(graph)
+            counts[name] = counts.get(name, 0) + n
+            changed += n
+        if not changed:
+            return
+
+
+def optimize(graph: Graph, level: int = DEFAULT_LEVEL, disable: Iterable[str] = (),
+             evaluate: Evaluator | None = None, model_name: str = "") -> FusionReport:
+    """Run the level's passes and rules on the graph (in place) and report what happened."""
+    disable = list(disable)
+    before_hist, before_ops, before_s = graph.op_histogram(), len(graph), seconds(graph.nodes)
+    rules: list[Rule] = [r for r in RULES if r.level <= level and r.name not in disable]
+    passes: dict[str, int] = {}
+    result = None
+    if level >= 1:
+        cleanup(graph, evaluate, passes)
+        result = apply_rules(graph, rules)
+        cleanup(graph, evaluate, passes)
+    report = FusionReport(model=model_name or graph.name, level=level, disabled=disable,
+                          ops_before=before_ops, ops_after=len(graph),
+                          histogram_before=before_hist, histogram_after=graph.op_histogram(),
+                          passes=passes, est_seconds_before=before_s,
+                          est_seconds_after=seconds(graph.nodes))
+    if result is not None:
+        for r in rules:
+            n, after = result.counts[r.name], result.seconds_after[r.name]
+            report.rules.append(RuleReport(
+                r.name, r.level, r.description, " | ".join(p.describe() for p in r.traced), n,
+                sorted(result.fused_into.get(r.name, ())),
+                round(result.seconds_before[r.name] / after, 3) if n and after else None))
+        report.near_misses = [NearMissReport(m.rule, m.nodes, m.reason) for m in result.near_misses]
+    return report

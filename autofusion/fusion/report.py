@@ -1,0 +1,91 @@
+"""The fusion report: what fused, how often, into what, what it should buy, what did not fuse.
+
+One set of facts, three forms: `text()` in the spirit of the original's "Graph Fusion Report",
+`to_json()` for tools, and the HTML page in export/. Estimates come from the cost model and are
+labelled as estimates; a measured speedup, when one was taken, is labelled as measured.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class RuleReport:
+    name: str                  # public fused-op name (the disable-list name)
+    level: int
+    description: str
+    pattern: str               # e.g. "Conv+BatchNormalization+Relu?"
+    matched: int
+    fused_into: list[str]      # op types the replacement produced
+    est_speedup: float | None  # of the matched subgraphs, by the cost model
+
+
+@dataclass
+class NearMissReport:
+    rule: str
+    nodes: list[str]
+    reason: str
+
+
+@dataclass
+class FusionReport:
+    model: str
+    level: int
+    disabled: list[str]
+    ops_before: int
+    ops_after: int
+    histogram_before: dict[str, int]
+    histogram_after: dict[str, int]
+    rules: list[RuleReport] = field(default_factory=list)
+    passes: dict[str, int] = field(default_factory=dict)   # clean-up pass -> changes
+    near_misses: list[NearMissReport] = field(default_factory=list)
+    est_seconds_before: float = 0.0
+    est_seconds_after: float = 0.0
+    measured: dict | None = None   # {"level0_ms", "fused_ms", "speedup", "runs"} when measured
+
+    @property
+    def est_speedup(self) -> float:
+        return self.est_seconds_before / self.est_seconds_after if self.est_seconds_after else 1.0
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["est_speedup"] = round(self.est_speedup, 3)
+        return d
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=2)
+
+    def text(self) -> str:
+        lines = [f"Graph Fusion Report — {self.model} (level {self.level}"
+                 + (f", disabled: {', '.join(self.disabled)}" if self.disabled else "") + ")",
+                 "=" * 60]
+        for r in sorted(self.rules, key=lambda r: -r.matched):
+            if not r.matched:
+                continue
+            lines += [f"Pattern: {r.pattern}",
+                      f"  Matched: {r.matched} time{'s' if r.matched != 1 else ''}",
+                      f"  Fused into: {r.name} ({', '.join(r.fused_into) or 'removed'})"]
+            if r.est_speedup is not None:
+                lines.append(f"  Estimated speedup: {r.est_speedup:.2f}x")
+            lines.append("")
+        if not any(r.matched for r in self.rules):
+            lines += ["No fusion rule matched.", ""]
+        done = {k: v for k, v in self.passes.items() if v}
+        if done:
+            lines.append("Clean-up: " + ", ".join(f"{k} {v}" for k, v in done.items()))
+        lines += [f"Total operators before fusion: {self.ops_before}",
+                  f"Total operators after fusion: {self.ops_after}",
+                  f"Overall speedup: {self.est_speedup:.2f}x (estimated by the cost model)"]
+        if self.measured:
+            m = self.measured
+            lines.append(f"Measured speedup: {m['speedup']:.2f}x ({m['level0_ms']:.2f} ms -> "
+                         f"{m['fused_ms']:.2f} ms, median of {m['runs']} runs)")
+        if self.near_misses:
+            lines += ["", f"Not fused ({len(self.near_misses)}):"]
+            for nm in self.near_misses:
+                lines.append(f"  {nm.rule}: {nm.reason}")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.text()

@@ -1,0 +1,6 @@
+"""norm rules (being written)."""
+from __future__ import annotations
+
+from ..rule import Rule
+
+RULES: list[Rule] = []
