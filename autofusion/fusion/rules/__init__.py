@@ -1,9 +1,10 @@
-"""The rule library, one module per family. Order matters: larger patterns come before the
-smaller ones they contain (attention before matmul, Conv+BN+ReLU before Conv+ReLU), and
-redundancy elimination comes first so the other rules see clean chains."""
+"""The rule library, one module per family. Order matters: redundancy first, so the others see
+clean chains; activations next, so spelled-out GELU/SiLU/… are single nodes that the conv and
+matmul epilogue rules can absorb; larger patterns before the smaller ones they contain
+(attention before matmul)."""
 from . import activation, attention, conv, head, loss, matmul, norm, redundancy
 
-RULES = [*redundancy.RULES, *conv.RULES, *head.RULES, *attention.RULES, *norm.RULES,
-         *matmul.RULES, *activation.RULES, *loss.RULES]
+RULES = [*redundancy.RULES, *activation.RULES, *conv.RULES, *head.RULES, *attention.RULES,
+         *norm.RULES, *matmul.RULES, *loss.RULES]
 
 __all__ = ["RULES"]
