@@ -175,6 +175,8 @@ class CompiledModel:
         self._check_symbolic_dims(tensors)
         with torch.inference_mode():
             outs = self.program(*tensors)
+        # an output that is one of the caller's inputs (through Identity) is returned as a copy
+        outs = [o.clone() if any(o is t for t in tensors) else o for o in outs]
         if as_numpy:
             return [_to_numpy(t) for t in outs], True
         return list(outs), False

@@ -3,6 +3,12 @@
 Constants become initializers, every typed edge gets a value_info entry, attributes keep their
 ONNX meaning; an attribute whose Python value does not say its type (an empty list) takes the
 type from the operator's schema.
+
+A fused node (domain "autofusion") is written as a call of a model-local ONNX function whose
+body is the node's decomposition into standard ops. Each fused node gets its own function
+overload (ONNX IR 10), named after the node, so its attributes and constants are its own. ONNX
+Runtime and Netron open and run the file through the bodies; autofusion reads the fused nodes
+back as fused nodes.
 """
 from __future__ import annotations
 
@@ -12,7 +18,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ..ir import DType, Graph, Node, Value
+from ..ir import FUSED_DOMAIN, DType, Graph, Node, Value
+from ..ir.fused_ops import decompose
 
 _IR_VERSION = 10  # understood by onnxruntime >= 1.20
 
@@ -47,14 +54,44 @@ def _attribute(node: Node, key: str, value, opset: dict[str, int]) -> onnx.Attri
     return helper.make_attribute(key, value)
 
 
+def _node_proto(n: Node, opset: dict[str, int]) -> onnx.NodeProto:
+    proto = helper.make_node(n.op_type, [v.name if v is not None else "" for v in n.inputs],
+                             [v.name for v in n.outputs], name=n.name, domain=n.domain or None)
+    proto.attribute.extend(_attribute(n, k, a, opset) for k, a in n.attrs.items())
+    return proto
+
+
+def _function(node: Node, overload: str) -> onnx.FunctionProto:
+    """The fused node's decomposition as a function: inputs in0.., outputs out0.."""
+    body = decompose(node)
+    nodes = []
+    for name, v in body.constants.items():
+        if v.uses:
+            nodes.append(helper.make_node("Constant", [], [name], name=f"{overload}/{name}",
+                                          value=_tensor(name, v.const, v.dtype)))
+    for n in body.nodes:   # names unique across functions: runtimes inline bodies by name
+        proto = _node_proto(n, body.opset)
+        proto.name = f"{overload}/{n.name}"
+        nodes.append(proto)
+    outputs = []
+    for i, v in enumerate(body.outputs):
+        outputs.append(f"out{i}")
+        nodes.append(helper.make_node("Identity", [v.name], [f"out{i}"], name=f"{overload}/out{i}"))
+    return helper.make_function(
+        FUSED_DOMAIN, node.op_type, [f"in{i}" for i in range(len(node.inputs))], outputs, nodes,
+        [helper.make_opsetid("", body.opset.get("", 17))], attributes=sorted(node.attrs),
+        overload=overload)
+
+
 def export_onnx(graph: Graph, path: str | os.PathLike | None = None, *,
                 producer: str = "autofusion") -> onnx.ModelProto:
     """Write the graph as an ONNX model (to `path` if given) and return the ModelProto."""
-    nodes = []
+    nodes, functions = [], []
     for n in graph.nodes:
-        proto = helper.make_node(n.op_type, [v.name if v is not None else "" for v in n.inputs],
-                                 [v.name for v in n.outputs], name=n.name, domain=n.domain or None)
-        proto.attribute.extend(_attribute(n, k, a, graph.opset) for k, a in n.attrs.items())
+        proto = _node_proto(n, graph.opset)
+        if n.domain == FUSED_DOMAIN:
+            proto.overload = f"{n.op_type}_{len(functions)}"
+            functions.append(_function(n, proto.overload))
         nodes.append(proto)
     inner = [v for n in graph.nodes for v in n.outputs
              if v.dtype is not None and all(v is not o for o in graph.outputs)]
@@ -65,9 +102,12 @@ def export_onnx(graph: Graph, path: str | os.PathLike | None = None, *,
         initializer=[_tensor(v.name, v.const, v.dtype) for v in graph.constants.values()],
         value_info=[_value_info(v) for v in inner],
     )
+    opset = dict(graph.opset)
+    if functions:
+        opset.setdefault(FUSED_DOMAIN, 1)
     model = helper.make_model(
-        g, producer_name=producer, ir_version=_IR_VERSION,
-        opset_imports=[helper.make_opsetid(d, ver) for d, ver in sorted(graph.opset.items())])
+        g, producer_name=producer, ir_version=_IR_VERSION, functions=functions,
+        opset_imports=[helper.make_opsetid(d, ver) for d, ver in sorted(opset.items())])
     if path is not None:
         large = model.ByteSize() > 2**31 - 1
         onnx.save_model(model, os.fspath(path), save_as_external_data=large,

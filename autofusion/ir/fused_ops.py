@@ -54,7 +54,8 @@ ACTIVATIONS: dict[str, tuple[dict[str, float], Callable[..., Value]]] = {
     "Tanh": ({}, lambda op, x: op.Tanh(x)),
     "HardSigmoid": ({"alpha": 0.2, "beta": 0.5},
                     lambda op, x, alpha, beta: op.HardSigmoid(x, alpha=alpha, beta=beta)),
-    "HardSwish": ({}, lambda op, x: op.HardSwish(x)),
+    # x·HardSigmoid(x): the HardSwish op itself needs opset 14
+    "HardSwish": ({}, lambda op, x: op.Mul(x, op.HardSigmoid(x, alpha=1 / 6, beta=0.5))),
     "Elu": ({"alpha": 1.0}, lambda op, x, alpha: op.Elu(x, alpha=alpha)),
     "SiLU": ({}, lambda op, x: op.Mul(x, op.Sigmoid(x))),
     "Gelu": ({}, lambda op, x: _gelu(op, x, "none")),

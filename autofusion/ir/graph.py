@@ -114,7 +114,8 @@ class Graph:
         self._nodes: dict[Node, int] = {}     # node -> insertion stamp
         self._order: list[Node] | None = []
         self._stamp = itertools.count()
-        self._names: set[str] = set()
+        self._names: set[str] = set()        # value names (unique)
+        self._node_names: set[str] = set()   # node names (kept unique for names we make)
         self.metadata: dict[str, Any] = {}
 
     # ---- building ---------------------------------------------------------------------
@@ -149,6 +150,7 @@ class Graph:
             raise GraphError(f"{node.describe()} already belongs to a graph")
         node.graph = self
         self._nodes[node] = next(self._stamp)
+        self._node_names.add(node.name)
         self._order = None
         for i, v in enumerate(node.inputs):
             if v is not None:
@@ -198,9 +200,10 @@ class Graph:
         return self._nodes[node]
 
     def fresh_name(self, hint: str) -> str:
+        """A name no value and no node of this graph has."""
         name = hint
         for k in itertools.count(1):
-            if name not in self._names:
+            if name not in self._names and name not in self._node_names:
                 return name
             name = f"{hint}_{k}"
         raise AssertionError  # unreachable

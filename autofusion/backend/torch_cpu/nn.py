@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from ...ir import Node
 from .common import Kernel, kernel
-from .tensor import planned, static_shape
+from .tensor import planned
 
 _CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 _CONV_T = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
@@ -18,11 +18,17 @@ _AVG_POOL = {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d}
 # ---- window geometry (shared by conv, conv-transpose and pools) -----------------------------
 
 
-def _geometry(node: Node, kernel_shape) -> tuple[list[int], list[int], list[int]]:
-    """(kernel, strides, dilations) of a conv/pool node."""
-    nd = len(kernel_shape)
-    return (list(kernel_shape), list(node.attr("strides") or [1] * nd),
-            list(node.attr("dilations") or [1] * nd))
+def _geometry(node: Node, nd: int) -> tuple[list[int], list[int]]:
+    """(strides, dilations) of a conv/pool node with nd spatial axes."""
+    return list(node.attr("strides") or [1] * nd), list(node.attr("dilations") or [1] * nd)
+
+
+def _spatial_rank(node: Node) -> int:
+    ks = node.attr("kernel_shape")
+    ranks = [len(ks)] if ks else [v.rank - 2 for v in node.inputs[:2] if v is not None and v.rank]
+    if not ranks:
+        raise NotImplementedError("the number of spatial axes must be known at compile time")
+    return ranks[0]
 
 
 def _split_total(totals: list[int], upper: bool) -> list[int]:
@@ -37,7 +43,7 @@ def _is_same(node: Node) -> bool:
 
 def _pads(node: Node, sizes, kernel, strides, dilations) -> list[int]:
     """The node's pads [begins..., ends...] for input spatial `sizes` (only SAME_* needs them)."""
-    auto_pad, nd = node.attr("auto_pad", "NOTSET"), len(kernel)
+    auto_pad, nd = node.attr("auto_pad", "NOTSET"), len(strides)
     if auto_pad == "VALID":
         return [0] * (2 * nd)
     if auto_pad in ("SAME_UPPER", "SAME_LOWER"):  # output ceil(n / s), window (k-1)*d+1
@@ -53,46 +59,40 @@ def _torch_pads(pads: list[int]) -> list[int]:
     return [p for i in reversed(range(nd)) for p in (pads[i], pads[nd + i])]
 
 
-def _kernel_shape(node: Node) -> list[int]:
-    ks = node.attr("kernel_shape") or (static_shape(node, 1) or ())[2:]
-    if not ks:
-        raise NotImplementedError("the kernel size must be known at compile time (kernel_shape or a static weight)")
-    return list(ks)
-
-
 # ---- conv -----------------------------------------------------------------------------------
 
 
 @kernel("Conv")
 def _conv(node: Node) -> Kernel:
-    kernel_, strides, dilations = _geometry(node, _kernel_shape(node))
-    nd, group, conv = len(kernel_), node.attr("group", 1), _CONV[len(kernel_)]
+    nd, ks = _spatial_rank(node), node.attr("kernel_shape")
+    (strides, dilations), group, conv = _geometry(node, nd), node.attr("group", 1), _CONV[nd]
 
-    def make(shape):
-        pads = _pads(node, shape and shape[2:], kernel_, strides, dilations)
+    def make(xs=None, ws=None):  # the shapes matter only to SAME_* padding
+        pads = _pads(node, xs and xs[2:], ks or (ws and ws[2:]), strides, dilations)
         if pads[:nd] == pads[nd:]:
             padding = pads[:nd]
             return lambda x, w, b=None: conv(x, w, b, strides, padding, dilations, group)
         tp = _torch_pads(pads)  # asymmetric: pad first
         return lambda x, w, b=None: conv(F.pad(x, tp), w, b, strides, 0, dilations, group)
-    return planned(node, make, need_shape=_is_same(node))
+    return planned(node, make, shapes=(0, 1) if _is_same(node) else ())
 
 
 @kernel("ConvTranspose")
 def _conv_transpose(node: Node) -> Kernel:
-    kernel_, strides, dilations = _geometry(node, _kernel_shape(node))
-    nd, group, conv_t = len(kernel_), node.attr("group", 1), _CONV_T[len(kernel_)]
+    nd, ks = _spatial_rank(node), node.attr("kernel_shape")
+    (strides, dilations), group, conv_t = _geometry(node, nd), node.attr("group", 1), _CONV_T[nd]
     out_pad = list(node.attr("output_padding") or [0] * nd)
     out_shape, pads = node.attr("output_shape"), node.attr("pads")
+    if node.attr("auto_pad", "NOTSET") == "VALID" or (pads is None and not out_shape and not _is_same(node)):
+        pads = [0] * (2 * nd)
 
-    def make(shape):
+    def make(xs=None, ws=None):
         p = pads
-        if node.attr("auto_pad", "NOTSET") == "VALID" or (p is None and not out_shape and not _is_same(node)):
-            p = [0] * (2 * nd)
-        elif p is None:  # pads that give output_shape (SAME: input * stride)
-            target = out_shape[-nd:] if out_shape else [n * s for n, s in zip(shape[2:], strides)]
+        if p is None:  # the pads that give output_shape (SAME: input * stride)
+            kernel_ = ks or ws[2:]
+            target = out_shape[-nd:] if out_shape else [n * s for n, s in zip(xs[2:], strides)]
             totals = [s * (n - 1) + o + (k - 1) * d + 1 - t for n, s, o, k, d, t in
-                      zip(shape[2:], strides, out_pad, kernel_, dilations, target)]
+                      zip(xs[2:], strides, out_pad, kernel_, dilations, target)]
             p = _split_total(totals, node.attr("auto_pad") == "SAME_UPPER")
         begins, ends = p[:nd], p[nd:]
         if begins == ends and min(begins) >= 0 and all(o < max(s, d) for o, s, d in zip(out_pad, strides, dilations)):
@@ -104,7 +104,7 @@ def _conv_transpose(node: Node) -> Kernel:
             y = F.pad(conv_t(x, w, None, strides, 0, 0, group, dilations), tp)
             return y if b is None else y + b.view(-1, *[1] * nd)
         return run
-    return planned(node, make, need_shape=pads is None and (bool(out_shape) or _is_same(node)))
+    return planned(node, make, shapes=(0, 1) if pads is None else ())
 
 
 # ---- pools ----------------------------------------------------------------------------------
@@ -125,8 +125,9 @@ def _pool_extent(node: Node, sizes, kernel, strides, dilations) -> tuple[list[in
 
 
 def _pool_node(node: Node):
-    kernel_, strides, dilations = _geometry(node, node.attr("kernel_shape"))
+    kernel_ = list(node.attr("kernel_shape"))
     nd = len(kernel_)
+    strides, dilations = _geometry(node, nd)
     pads = node.attr("pads") or [0] * (2 * nd)
     # torch pools pad symmetrically by at most half the kernel; anything else is padded explicitly
     native = not _is_same(node) and pads[:nd] == pads[nd:] and all(p <= k // 2 for p, k in zip(pads, kernel_))
@@ -156,7 +157,7 @@ def _max_pool(node: Node) -> Kernel:
         planes = torch.arange(i.shape[0] * i.shape[1]).view(i.shape[0], i.shape[1], *[1] * nd)
         return i + planes * math.prod(sizes)
 
-    def make(shape):
+    def make(shape=None):
         if native:
             padding = (node.attr("pads") or [0] * (2 * nd))[:nd]
 
@@ -176,7 +177,7 @@ def _max_pool(node: Node) -> Kernel:
             r = pool(F.pad(x, tp, value=low), kernel_, strides, 0, dilations, False, with_indices)
             return (r[0], onnx_indices(r[1], sizes, padded, extent[:nd])) if with_indices else r
         return run
-    return planned(node, make, need_shape=not native)
+    return planned(node, make, shapes=() if native else (0,))
 
 
 @kernel("AveragePool")

@@ -25,22 +25,22 @@ def static_shape(node: Node, i: int = 0) -> tuple[int, ...] | None:
 
 
 def planned(node: Node, make: Callable[..., Kernel], vals: tuple[int, ...] = (),
-            need_shape: bool = True) -> Kernel:
-    """A kernel that depends on input 0's shape and on the values of inputs `vals`.
+            shapes: tuple[int, ...] = (0,)) -> Kernel:
+    """A kernel that depends on the shapes of inputs `shapes` and on the values of inputs `vals`.
 
-    make(shape, *values) returns the kernel for them (shape None when not needed; a value is a
-    tuple of numbers, None for an omitted input). It runs once at build time when all of them are
-    known then, else once per distinct runtime combination (cached).
+    make(*shapes, *values) returns the kernel for them (a value is a tuple of numbers, None for an
+    omitted input). It runs once at build time when all of them are known then, else once per
+    distinct runtime combination (cached).
     """
     fixed = {i: const_vals(node, i) for i in vals}
     runtime = [i for i in vals if fixed[i] is None and node.input(i) is not None]
-    shape = static_shape(node) if need_shape else None
-    if (shape is not None or not need_shape) and not runtime:
-        return make(shape, *(fixed[i] for i in vals))
+    known = [static_shape(node, i) for i in shapes]
+    if None not in known and not runtime:
+        return make(*known, *(fixed[i] for i in vals))
     cache: dict[tuple, Kernel] = {}
 
     def run(*args):
-        key = (tuple(args[0].shape) if need_shape else None,
+        key = (*(tuple(args[i].shape) for i in shapes),
                *(tuple(args[i].reshape(-1).tolist()) if i in runtime else fixed[i] for i in vals))
         f = cache.get(key)
         if f is None:
@@ -139,10 +139,12 @@ def _split(node: Node) -> Kernel:
             c = -(-d // n)
             split = [max(min(c, d - c * i), 0) for i in range(n)]
         return lambda x, s=None: out(torch.split(x, list(split), axis))
-    if opset(node) < 13:
-        split = node.attr("split")
-        return make(None, split) if split is not None else planned(node, make, need_shape=True)
-    return planned(node, make, (1,), need_shape=node.input(1) is None)
+    split = node.attr("split") if opset(node) < 13 else None
+    if split is not None:
+        return make(None, split)
+    if opset(node) >= 13 and node.input(1) is not None:
+        return planned(node, lambda s: make(None, s), (1,), shapes=())
+    return planned(node, lambda shape: make(shape, None))
 
 
 @kernel("Slice")
@@ -253,8 +255,8 @@ def _pad(node: Node) -> Kernel:
             return x
         return run
     if pads is not None:
-        return planned(node, lambda shape: make(shape, pads), need_shape=True)
-    return planned(node, make, (1, 3), need_shape=True)
+        return planned(node, lambda shape: make(shape, pads))
+    return planned(node, make, (1, 3))
 
 
 # ---- gather / scatter -----------------------------------------------------------------------
