@@ -61,11 +61,12 @@ def _checksum(a: np.ndarray) -> str:
 
 def cmd_run(args) -> int:
     import autofusion
-    model = autofusion.compile(args.model, level=args.level)
+    model = autofusion.compile(args.model, level=args.level, disable=args.disable)
     feeds = _load_inputs(args.inputs) if args.inputs else random_inputs(
         model.graph, _parse_dims(args.dim), args.seed)
     outs = model.run(feeds)
-    print(f"{args.model}: {len(model.graph)} nodes, level {args.level}")
+    print(f"{args.model}: {model.report.ops_before} nodes, {len(model.graph)} after fusion "
+          f"(level {model.report.level})")
     for name, a in outs.items():
         print(f"  {name}: {a.dtype}{list(a.shape)}  {_checksum(a)}")
     if args.compare_ort:
@@ -78,6 +79,28 @@ def cmd_run(args) -> int:
             diff = np.abs(a.astype(np.float64) - r.astype(np.float64)) if a.size else np.zeros(1)
             scale = max(float(np.abs(r.astype(np.float64)).max()) if r.size else 0.0, 1e-30)
             print(f"  {name}: max abs diff {diff.max():.3g}, max rel diff {diff.max() / scale:.3g}")
+    return 0
+
+
+def cmd_compile(args) -> int:
+    import autofusion
+    model = autofusion.compile(args.model, level=args.level, disable=args.disable)
+    print(model.report.text())
+    if args.output:
+        autofusion.export_onnx(model.graph, args.output)
+        print(f"wrote {args.output}")
+    if args.report:
+        Path(args.report).write_text(model.report.dumps())
+        print(f"wrote {args.report}")
+    return 0
+
+
+def cmd_rules(args) -> int:
+    from .fusion import RULES
+    width = max(len(r.name) for r in RULES)
+    print(f"{'name':<{width}}  level  description")
+    for r in RULES:
+        print(f"{r.name:<{width}}  {r.level:>5}  {r.description}")
     return 0
 
 
@@ -128,6 +151,13 @@ def cmd_info(args) -> int:
     return 0
 
 
+def _fusion_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--level", type=int, choices=(0, 1, 2), default=None,
+                   help="fusion level: 0 none, 1 basic, 2 all (default: $AUTOFUSION_LEVEL or 2)")
+    p.add_argument("--disable", default=None, metavar="A,B",
+                   help="fused-op names to leave unfused (default: $AUTOFUSION_DISABLE)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="autofusion", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -138,10 +168,20 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE",
                      help="size of a symbolic dimension for random inputs (default 1)")
     run.add_argument("--seed", type=int, default=0)
-    run.add_argument("--level", type=int, default=0, help="fusion level")
+    _fusion_flags(run)
     run.add_argument("--compare-ort", action="store_true",
                      help="also run ONNX Runtime and print the max abs/rel difference")
     run.set_defaults(fn=cmd_run)
+
+    comp = sub.add_parser("compile", help="fuse a model, print the fusion report, write the fused file")
+    comp.add_argument("model", type=Path)
+    comp.add_argument("-o", "--output", type=Path, help="write the fused model as ONNX")
+    comp.add_argument("--report", type=Path, help="write the fusion report as JSON")
+    _fusion_flags(comp)
+    comp.set_defaults(fn=cmd_compile)
+
+    rules = sub.add_parser("rules", help="list every fusion rule: name, level, description")
+    rules.set_defaults(fn=cmd_rules)
 
     info = sub.add_parser("info", help="inputs, outputs, operator histogram, unsupported ops")
     info.add_argument("model", type=Path)

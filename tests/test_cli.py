@@ -66,3 +66,24 @@ def test_console_script_runs_the_bundled_example():
                        capture_output=True, text=True, check=True)
     assert "logits: float32[1, 10]" in r.stdout
     assert float(re.search(r"max rel diff (\S+)", r.stdout).group(1)) < 1e-4
+
+
+def test_compile_prints_the_report_and_writes_the_fused_file_and_json(capsys, tmp_path):
+    out, report = tmp_path / "fused.onnx", tmp_path / "report.json"
+    assert main(["compile", str(EXAMPLE), "-o", str(out), "--report", str(report), "--level", "2"]) == 0
+    text = capsys.readouterr().out
+    assert "Graph Fusion Report" in text and "Total operators before fusion: 43" in text
+    onnx.checker.check_model(onnx.load(out))
+    import json
+    assert json.loads(report.read_text())["level"] == 2
+
+
+def test_compile_with_an_unknown_disable_name_fails_cleanly(capsys):
+    assert main(["compile", str(EXAMPLE), "--disable", "Bogus"]) == 2
+    assert "unknown fused-op name(s) in the disable list: Bogus" in capsys.readouterr().err
+
+
+def test_rules_lists_name_level_description(capsys):
+    assert main(["rules"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"SiLUFusionOp\s+1\s+x·sigmoid\(x\) → one SiLU kernel", out)

@@ -231,14 +231,11 @@ def match_value(p: Pat, v: Value | None, m: Match) -> Iterator[Match]:
         if v is not None and const_equals(v, p.value):
             yield m
     elif isinstance(p, Out):
+        node = v.producer if v is not None else None
+        if node is not None and node.outputs[p.index] is v:
+            yield from match_node(p.node, node, m)    # greedy: with the op first
         if p.node.optional and p.node.inputs:
-            yield from match_value(p.node.inputs[0], v, m)   # the op is absent
-        if v is None or v.producer is None:
-            return
-        node = v.producer
-        if node.outputs[p.index] is not v:
-            return
-        yield from match_node(p.node, node, m)
+            yield from match_value(p.node.inputs[0], v, m)   # then without it
 
 
 def match_node(p: NodePat, node: Node, m: Match) -> Iterator[Match]:
@@ -261,7 +258,7 @@ def match_node(p: NodePat, node: Node, m: Match) -> Iterator[Match]:
         m.named[p.name] = node
     orders = [p.inputs]
     opdef = lookup(node.domain, node.op_type)
-    if opdef is not None and opdef.commutative and len(p.inputs) == 2:
+    if opdef is not None and opdef.commutative and len(p.inputs) == 2 and inputs[0] is not inputs[1]:
         orders.append(p.inputs[::-1])
     for pats in orders:
         yield from _match_inputs(pats, inputs, m)

@@ -65,3 +65,33 @@ def test_export_to_file_and_run(tmp_path):
     export_onnx(import_onnx(conv_relu_model()), path)
     x = np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)
     np.testing.assert_allclose(autofusion.compile(path)(x), autofusion.compile(conv_relu_model())(x))
+
+
+@pytest.mark.parametrize("name", sorted(ARCHITECTURES))
+def test_fused_file_runs_in_onnxruntime_and_reloads_fused(name, tmp_path):
+    model, feeds = ARCHITECTURES[name]()
+    fused = autofusion.compile(model, level=2)
+    path = tmp_path / "fused.onnx"
+    exported = export_onnx(fused.graph, path)
+    onnx.checker.check_model(exported, full_check=True)
+    want = ort_outputs(model, feeds)[0]
+    got = ort_outputs(exported, feeds)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    reloaded = autofusion.compile(path, level=0)
+    assert reloaded.graph.op_histogram() == fused.graph.op_histogram()
+    np.testing.assert_allclose(reloaded.run(feeds)["output"], fused.run(feeds)["output"], rtol=1e-6,
+                               atol=1e-6 * np.abs(want).max())
+
+
+def test_fused_nodes_are_function_calls_with_their_decomposition():
+    nodes = [helper.make_node("Sigmoid", ["x"], ["s"], name="sig"),
+             helper.make_node("Mul", ["x", "s"], ["y"], name="mul")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])])
+    fused = autofusion.compile(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), level=1)
+    exported = export_onnx(fused.graph)
+    [node] = exported.graph.node
+    [fn] = exported.functions
+    assert (node.domain, node.op_type, node.overload) == ("autofusion", "Activation", fn.overload)
+    assert [n.op_type for n in fn.node] == ["Sigmoid", "Mul", "Identity"]
+    assert {o.domain: o.version for o in exported.opset_import} == {"": 17, "autofusion": 1}
