@@ -100,12 +100,16 @@ def test_node_suite_pass_rate():
     assert rate >= 0.98, f"node-suite pass rate {rate:.1%} is under 98%"
 
 
+# Ops ONNX ships no node test for; tests/backend/test_kernels.py checks them against ONNX Runtime.
+NO_NODE_TEST = {"GlobalLpPool"}
+
+
 def test_every_table_op_has_node_tests():
     """Every op in the table is exercised by at least one in-scope node test."""
     from autofusion.ir import OPS
     covered = {n.op_type for c in load_model_tests(kind="node") if c.name in set(SCOPE)
                for n in c.model.graph.node}
-    untested = sorted(k for k in OPS if k not in covered and "::" not in k)
+    untested = sorted(k for k in OPS if k not in covered and "::" not in k and k not in NO_NODE_TEST)
     assert not untested, f"ops in the table without an in-scope node test: {untested}"
 
 
