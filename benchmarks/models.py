@@ -22,8 +22,8 @@ the installed transformers maps scaled_dot_product_attention to.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from torch import nn

@@ -18,6 +18,7 @@ from onnx import numpy_helper
 
 from ..errors import GraphError, ModelLoadError, UnsupportedOpError
 from ..ir import DType, Graph, Value, lookup, op_key
+from .sequences import SEQUENCE_OPS, sequences_to_split
 
 # Shape inference of models over 2 GB must go through a file; below that, in memory.
 _PROTO_LIMIT = 2**31 - 1
@@ -131,11 +132,15 @@ def import_onnx(source: str | os.PathLike | onnx.ModelProto) -> Graph:
     model = load_model(source)
     where = "" if isinstance(source, onnx.ModelProto) else f"{source}: "
     unsupported = [(op_key(n.domain, n.op_type), n.name or f"#{i}")
-                   for i, n in enumerate(model.graph.node) if lookup(n.domain, n.op_type) is None]
+                   for i, n in enumerate(model.graph.node)
+                   if lookup(n.domain, n.op_type) is None and n.op_type not in SEQUENCE_OPS]
     if unsupported:
         raise UnsupportedOpError(unsupported)
     _check_defined(model.graph, where)
     model = _infer_shapes(model, where)
+    unsupported = sequences_to_split(model)
+    if unsupported:
+        raise UnsupportedOpError([(f"{op} (a tensor sequence)", name) for op, name in unsupported])
     g = model.graph
     opset = {(imp.domain if imp.domain != "ai.onnx" else ""): imp.version for imp in model.opset_import}
     graph = Graph(g.name or "main", opset)

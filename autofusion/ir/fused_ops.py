@@ -119,23 +119,29 @@ def fused_matmul(op: GraphBuilder, node: Node, a, b, c=None):
 
 
 @fused_op("LayerNorm", OpClass.REDUCTION, _same_as_input)
-def layer_norm(op: GraphBuilder, node: Node, x, scale, bias=None, residual=None):
-    """LayerNormalization(x + residual): layer norm with the residual add in front of it."""
+def layer_norm(op: GraphBuilder, node: Node, x, scale=None, bias=None, residual=None):
+    """LayerNormalization(x + residual): layer norm over the axes from `axis` on, with the
+    residual add in front of it; scale and bias (of the normalized shape) may be omitted."""
     if residual is not None:
         x = op.Add(x, residual)
     axes = list(range(node.attr("axis", -1) % len(x.shape), len(x.shape)))
     centered = op.Sub(x, reduce_mean(op, x, axes))
     var = reduce_mean(op, op.Mul(centered, centered), axes)
-    y = op.Mul(op.Div(centered, op.Sqrt(op.Add(var, _scalar(op, node.attr("epsilon", 1e-5), x)))), scale)
-    return [y if bias is None else op.Add(y, bias)]
+    y = op.Div(centered, op.Sqrt(op.Add(var, _scalar(op, node.attr("epsilon", 1e-5), x))))
+    return [_affine(op, y, scale, bias)]
 
 
 @fused_op("RMSNorm", OpClass.REDUCTION, _same_as_input)
-def rms_norm(op: GraphBuilder, node: Node, x, scale):
-    """x / √(mean(x², axis) + ε) · scale."""
+def rms_norm(op: GraphBuilder, node: Node, x, scale=None):
+    """x / √(mean(x², axis) + ε) · scale over the axes from `axis` on; scale may be omitted."""
     axes = list(range(node.attr("axis", -1) % len(x.shape), len(x.shape)))
     rms = op.Sqrt(op.Add(reduce_mean(op, op.Mul(x, x), axes), _scalar(op, node.attr("epsilon", 1e-6), x)))
-    return [op.Mul(op.Div(x, rms), scale)]
+    return [_affine(op, op.Div(x, rms), scale)]
+
+
+def _affine(op: GraphBuilder, y: Value, scale: Value | None, bias: Value | None = None) -> Value:
+    y = y if scale is None else op.Mul(y, scale)
+    return y if bias is None else op.Add(y, bias)
 
 
 def reduce_mean(op: GraphBuilder, x: Value, axes: list[int]) -> Value:

@@ -192,4 +192,7 @@ for _name in ["Shape", "Size", "Constant", "ConstantOfShape", "Range", "TopK", "
               "EyeLike", "OneHot", "Compress", "Unique"]:
     register(OpDef(_name, O, _shape_op if _name == "Shape" else None))
 
+register(OpDef("NegativeLogLikelihoodLoss", R))
+register(OpDef("SoftmaxCrossEntropyLoss", R))
+
 del _name, _comm

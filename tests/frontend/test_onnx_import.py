@@ -157,3 +157,40 @@ def test_inconsistent_symbolic_dimension():
     m = autofusion.compile(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
     with pytest.raises(InputError, match="input 'b': dimension 0 \\('N'\\) is 4, but 'a' gave 'N' = 3"):
         m(np.zeros(3, np.float32), np.zeros(4, np.float32))
+
+
+def _split_to_sequence_model(split, keepdims=1, positions=(0, 1, 2)):
+    inits = [numpy_helper.from_array(np.array(p, np.int64), f"p{p}") for p in positions]
+    nodes = [helper.make_node("SplitToSequence", ["x"] + (["split"] if split is not None else []),
+                              ["seq"], name="split", axis=1, keepdims=keepdims)]
+    nodes += [helper.make_node("SequenceAt", ["seq", f"p{p}"], [f"y{p}"], name=f"at{p}") for p in positions]
+    if split is not None:
+        inits.append(numpy_helper.from_array(np.asarray(split, np.int64), "split"))
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6])],
+                          [helper.make_tensor_value_info(f"y{p}", TensorProto.FLOAT, None) for p in positions],
+                          inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+
+
+@pytest.mark.parametrize("split, keepdims, positions", [
+    (2, 1, (0, 1, 2)),            # torch's x.split(2, dim=1), as the dynamo exporter writes it
+    ([1, 2, 3], 1, (2, 0)),       # explicit sizes, pieces used out of order
+    (None, 0, (0, 5, -1)),        # one piece per element, squeezed; a negative position
+])
+def test_split_to_sequence_imports_as_split(split, keepdims, positions):
+    import onnxruntime as ort
+    model = _split_to_sequence_model(split, keepdims, positions)
+    graph = import_onnx(model)
+    assert "Split" in graph.op_histogram() and not {"SplitToSequence", "SequenceAt"} & set(graph.op_histogram())
+    x = np.arange(12, dtype=np.float32).reshape(2, 6)
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})
+    got = autofusion.compile(model, level=0).run({"x": x})
+    for w, name in zip(want, [f"y{p}" for p in positions]):
+        np.testing.assert_array_equal(got[name], w)
+
+
+def test_a_sequence_used_otherwise_is_reported_unsupported():
+    model = _split_to_sequence_model(2)
+    model.graph.node.append(helper.make_node("SequenceLength", ["seq"], ["n"], name="len"))
+    with pytest.raises(UnsupportedOpError, match="SequenceLength.*'len'"):
+        autofusion.compile(model)

@@ -161,23 +161,32 @@ def fused_matmul(node: Node) -> Kernel:
 
 # ---- normalization, activations -----------------------------------------------------------
 
+def _normalized_shape(node: Node) -> Callable[[torch.Tensor], "tuple | torch.Size"]:
+    """The normalized dims of x (from `axis` on): fixed now when static, else read per call."""
+    shape = node.inputs[0].shape
+    axis = node.attr("axis", -1) % len(shape)
+    dims = shape[axis:]
+    if all(isinstance(d, int) for d in dims):
+        return lambda x, dims=tuple(dims): dims
+    return lambda x: x.shape[axis:]
+
+
 @kernel(FUSED + "LayerNorm")
 def layer_norm(node: Node) -> Kernel:
-    axis = node.attr("axis", -1) % len(node.inputs[0].shape)
-    eps = node.attr("epsilon", 1e-5)
+    dims, eps, ln = _normalized_shape(node), node.attr("epsilon", 1e-5), F.layer_norm
+    if node.input(3) is None:
+        return lambda x, scale=None, bias=None: ln(x, dims(x), scale, bias, eps)
 
-    def run(x, scale, bias=None, residual=None):
-        if residual is not None:
-            x = x + residual
-        return F.layer_norm(x, x.shape[axis:], scale, bias, eps)
+    def run(x, scale, bias, residual):
+        x = x + residual
+        return ln(x, dims(x), scale, bias, eps)
     return run
 
 
 @kernel(FUSED + "RMSNorm")
 def rms_norm(node: Node) -> Kernel:
-    axis = node.attr("axis", -1) % len(node.inputs[0].shape)
-    eps = node.attr("epsilon", 1e-6)
-    return lambda x, scale: F.rms_norm(x, x.shape[axis:], scale, eps)
+    dims, eps, rms = _normalized_shape(node), node.attr("epsilon", 1e-6), F.rms_norm
+    return lambda x, scale=None: rms(x, dims(x), scale, eps)
 
 
 @kernel(FUSED + "Gelu")

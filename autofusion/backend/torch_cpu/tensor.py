@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from ...ir import DType, Node
-from .common import Kernel, KernelBuilder, const_input, ints_of, kernel, opset, to_torch, torch_dtype
+from .common import Kernel, const_input, ints_of, kernel, opset, to_torch, torch_dtype
 
 # ---- helpers ------------------------------------------------------------------------------
 
@@ -213,15 +213,20 @@ def _space_to_depth(node: Node) -> Kernel:
 
 
 def _pad_index(n: int, begin: int, end: int, mode: str) -> torch.Tensor:
-    """Source index of every output position along one axis padded in reflect/edge/wrap mode."""
-    i = torch.arange(-begin, n + end)
+    """Source index of every output position along one axis padded in reflect/edge/wrap mode
+    (negative pads crop first; the padding then repeats the cropped data)."""
+    lo = max(-begin, 0)
+    n -= lo + max(-end, 0)
+    i = torch.arange(-max(begin, 0), n + max(end, 0))
     if mode == "edge":
-        return i.clamp(0, n - 1)
-    if mode == "wrap":
-        return i % n
-    period = max(2 * (n - 1), 1)  # reflect: mirror without repeating the edge element
-    i = i.abs() % period
-    return torch.where(i >= n, period - i, i)
+        i = i.clamp(0, n - 1)
+    elif mode == "wrap":
+        i = i % n
+    else:  # reflect: mirror without repeating the edge element
+        period = max(2 * (n - 1), 1)
+        i = i.abs() % period
+        i = torch.where(i >= n, period - i, i)
+    return i + lo
 
 
 @kernel("Pad")
@@ -370,10 +375,10 @@ def _resize_axis(n_in: int, n_out: int, scale: float, roi: tuple[float, float], 
         x = y * 0 if length == 1 else y * (n_in - 1) / (length - 1)
     elif ctm == "asymmetric":
         x = y / scale
-    elif ctm == "tf_crop_and_resize":
-        lo, hi = roi
-        x = (y * 0 + (hi - lo) * (n_in - 1) / 2) if length == 1 else y * (hi - lo) * (n_in - 1) / (length - 1)
-        x = x + lo * (n_in - 1)
+    elif ctm == "tf_crop_and_resize":  # roi arithmetic in float32, as in ONNX's reference
+        lo, hi = torch.tensor(roi, dtype=torch.float32)
+        x = y * 0 + float((hi - lo) * (n_in - 1) / 2) if length == 1 else y * float(hi - lo) * (n_in - 1) / (length - 1)
+        x = x + float(lo * (n_in - 1))
     elif ctm == "pytorch_half_pixel":
         x = y * 0 - 0.5 if length == 1 else (y + 0.5) / scale - 0.5
     elif ctm == "half_pixel_symmetric":
@@ -403,23 +408,23 @@ def _resize_axis(n_in: int, n_out: int, scale: float, roi: tuple[float, float], 
 def _resize_plan(shape, opts, roi=None, scales=None, sizes=None, axes=None) -> Kernel:
     rank = len(shape)
     axes = list(range(rank)) if axes is None else [_axis(a, rank) for a in axes]
-    scales, sizes = scales or None, sizes or None  # an empty tensor means absent
-    if sizes is not None:
-        sc = [sizes[j] / shape[a] for j, a in enumerate(axes)]
-        policy = opts["policy"]
-        if policy != "stretch":
-            s = (min if policy == "not_larger" else max)(sc)
-            sc, sizes = [s] * len(axes), [int(s * shape[a] + 0.5) for a in axes]
+    k, by_size = len(axes), bool(sizes)  # an empty scales or sizes tensor means absent
+    if by_size:
+        ratios = [sizes[j] / shape[a] for j, a in enumerate(axes)]
+        if opts["policy"] != "stretch":  # one scale for all axes; sizes rounded half up
+            s = (min if opts["policy"] == "not_larger" else max)(ratios)
+            ratios, sizes = [s] * k, [int(s * shape[a] + 0.5) for a in axes]
     else:
-        sc, sizes = list(scales), [int(s * shape[a]) for s, a in zip(scales, axes)]
-    k = len(axes)
+        ratios, sizes = list(scales), [int(s * shape[a]) for s, a in zip(scales, axes)]
+    sc, out = [1.0] * rank, list(shape)
+    for j, a in enumerate(axes):
+        sc[a], out[a] = ratios[j], sizes[j]
     steps = []
     for j, a in enumerate(axes):
         r = (roi[j], roi[k + j]) if roi else (0.0, 1.0)
-        if math.isclose(sc[j], 1.0) and sizes[j] == shape[a] and \
-                math.isclose(r[0], 0.0) and math.isclose(r[1], 1.0):
+        if math.isclose(sc[a], 1.0) and out[a] == shape[a] and math.isclose(r[0], 0.0) and math.isclose(r[1], 1.0):
             continue
-        idx, w, outside = _resize_axis(shape[a], sizes[j], sc[j], r, opts)
+        idx, w, outside = _resize_axis(shape[a], out[a], sc[a], r, opts)
         view = [-1] + [1] * (rank - a - 1)
         steps.append((a, idx, None if w is None else w.view(*idx.shape, *view[1:]),
                       None if outside is None or not outside.any() else outside.view(view)))
@@ -429,14 +434,42 @@ def _resize_plan(shape, opts, roi=None, scales=None, sizes=None, axes=None) -> K
         for a, idx, w, outside in steps:
             if w is None:
                 x = x.index_select(a, idx[:, 0])
-            else:
+            else:  # weighted taps, in float32 at least
                 g = x.index_select(a, idx.reshape(-1)).unflatten(a, idx.shape)
-                y = (g * w.to(g.dtype if g.is_floating_point() else torch.float32)).sum(a + 1)
-                x = y if x.is_floating_point() else y.round().to(x.dtype)
+                dt = x.dtype if x.dtype in (torch.float32, torch.float64) else torch.float32
+                y = (g.to(dt) * w.to(dt)).sum(a + 1)
+                x = y.to(x.dtype) if x.is_floating_point() else y.round().to(x.dtype)
             if outside is not None:
                 x = x.masked_fill(outside, extrapolation)
         return x
-    return run
+    fast = _interpolate(shape, [a for a, *_ in steps], sc, out, opts, by_size)
+    if fast is None:
+        return run
+    return lambda x, *_: fast(x) if x.dtype in (torch.float32, torch.float64) else run(x)
+
+
+_INTERPOLATE = {("linear", 3): "linear", ("linear", 4): "bilinear", ("linear", 5): "trilinear",
+                ("cubic", 4): "bicubic"}
+
+
+def _interpolate(shape, resized, sc, out, opts, by_size) -> Kernel | None:
+    """F.interpolate where it computes ONNX's Resize (up to rounding): linear or cubic over spatial
+    axes, half_pixel (torch's align_corners=False) or align_corners; None elsewhere."""
+    mode, ctm, spatial = _INTERPOLATE.get((opts["mode"], len(shape))), opts["ctm"], range(2, len(shape))
+    if mode is None or opts["antialias"] or not resized or min(resized) < 2 or opts["policy"] != "stretch" or \
+            (mode == "bicubic" and (opts["cubic_a"] != -0.75 or opts["exclude_outside"])):
+        return None
+    size, factors = [out[a] for a in spatial], [sc[a] for a in spatial]
+    if min(size) == 0:
+        return None
+    if ctm == "align_corners" and all(sc[a] * shape[a] == out[a] for a in spatial):
+        return lambda x: F.interpolate(x, size=size, mode=mode, align_corners=True)
+    if ctm == "half_pixel" or (ctm == "pytorch_half_pixel" and min(size) > 1):
+        if by_size:
+            return lambda x: F.interpolate(x, size=size, mode=mode, align_corners=False)
+        return lambda x: F.interpolate(x, scale_factor=factors, mode=mode, align_corners=False,
+                                       recompute_scale_factor=False)
+    return None
 
 
 def _resize_opts(node: Node, ctm: str, nearest_mode: str) -> dict:

@@ -1,6 +1,355 @@
-"""norm rules (being written)."""
+"""Normalizations written out in primitive ops, each recognised and run as one kernel.
+
+Exporters before opset 17 spell LayerNorm as ReduceMean → Sub → Pow/Mul → ReduceMean → Add(ε) →
+Sqrt → Div, and RMSNorm (T5, Llama) as Pow → ReduceMean → Add(ε) → Sqrt → Reciprocal → Mul;
+each chain becomes one autofusion LayerNorm / RMSNorm node (F.layer_norm / F.rms_norm). The ·scale
+and +bias that follow are folded into that node by their own rule: the driver meets the chain's
+Div before the Mul and Add after it, so the affine part joins the fused node afterwards. A
+residual Add in front of a LayerNorm joins it too, and (level 2) a LayerNorm's scale and bias
+fold into the constant weights of the one MatMul it feeds.
+"""
 from __future__ import annotations
 
-from ..rule import Rule
+from itertools import product
 
-RULES: list[Rule] = []
+import numpy as np
+
+from ...ir import FUSED_DOMAIN, DType, Node, Value
+from ..pattern import attr_value
+from ..rule import Rule, scalar
+from .redundancy import describe
+
+# ---- how exporters spell t² and a / b ------------------------------------------------------
+
+def square_by_pow(op, t):
+    return op.Pow(t, 2)
+
+
+def square_by_mul(op, t):
+    return t * t
+
+
+def quotient(op, a, b):
+    return a / b
+
+
+def times_reciprocal(op, a, b):
+    return a * op.Reciprocal(b)
+
+
+def times_one_over(op, a, b):   # torch.rsqrt
+    return a * (1 / b)
+
+
+SPELLINGS = list(product([square_by_pow, square_by_mul], [quotient, times_reciprocal, times_one_over]))
+
+
+# ---- LayerNorm: (x − E[x]) / √(E[(x − E[x])²] + ε) ------------------------------------------
+
+def layer_norm(square, divide):
+    def pattern(op, x, eps, mean_axes=None, var_axes=None):
+        centered = x - op.ReduceMean(x, mean_axes, keepdims=1, _name="mean")
+        variance = op.ReduceMean(square(op, centered), var_axes, keepdims=1, _name="var")
+        return divide(op, centered, op.Sqrt(variance + eps))
+    return pattern
+
+
+def layer_norm_replace(op, m):
+    return op.LayerNorm(m.x, axis=axis_of(m.node("mean"), m.x), epsilon=scalar(m.eps))
+
+
+def layer_norm_check(m):
+    return reduction_reason(m, "mean", "var") or epsilon_reason(m)
+
+
+# ---- RMSNorm: x / √(E[x²] + ε) --------------------------------------------------------------
+
+def rms_norm(square, divide):
+    def pattern(op, x, eps, axes=None):
+        return divide(op, x, op.Sqrt(op.ReduceMean(square(op, x), axes, keepdims=1, _name="mean") + eps))
+    return pattern
+
+
+def rms_norm_replace(op, m):
+    return op.RMSNorm(m.x, axis=axis_of(m.node("mean"), m.x), epsilon=scalar(m.eps))
+
+
+def rms_norm_check(m):
+    return reduction_reason(m, "mean") or epsilon_reason(m)
+
+
+# ---- ·c and +c after a LayerNorm / RMSNorm, folded into its scale and bias ------------------
+
+def layer_norm_times(op, x, c, scale=None, bias=None, residual=None):
+    return op.LayerNorm(x, scale, bias, residual, _domain=FUSED_DOMAIN, _name="norm") * c
+
+
+def layer_norm_plus(op, x, c, scale=None, bias=None, residual=None):
+    return op.LayerNorm(x, scale, bias, residual, _domain=FUSED_DOMAIN, _name="norm") + c
+
+
+def rms_norm_times(op, x, c, scale=None):
+    return op.RMSNorm(x, scale, _domain=FUSED_DOMAIN, _name="norm") * c
+
+
+def scale_bias_check(m):
+    norm, c, root, x = m.node("norm"), m.c, m.root, m.x
+    if x.shape is None:
+        return f"{describe(norm)}: the shape of {x.name!r} is unknown"
+    axis, adds = norm.attr("axis", -1) % x.rank, root.op_type == "Add"
+    # +c changes the bias; ·c changes the scale and the bias
+    changed = [v for v in (m.values.get("bias"), None if adds else m.values.get("scale")) if v is not None]
+    if per_feature(c, x, axis) is not None:
+        if x.dtype not in NUMPY_FLOATS:
+            return f"{describe(root)}: {x.dtype.name} constants cannot be folded at compile time"
+        computed = [v.name for v in changed if v.const is None]
+        return f"{describe(norm)}: {computed[0]!r} is computed, so {c.name!r} cannot be folded into it" \
+            if computed else None
+    if c.shape == x.shape[axis:]:   # a computed per-feature tensor becomes the missing bias/scale
+        return f"{describe(root)}: {c.name!r} is computed and {describe(norm)} already has " \
+               f"a {'bias' if adds else 'scale or bias'}" if changed else None
+    return (f"{describe(root)}: {c.name!r} (shape {fmt_shape(c.shape)}) is neither a constant nor "
+            f"of the normalized shape {fmt_shape(x.shape[axis:])}")
+
+
+def scale_bias_replace(op, m):
+    norm, x, c = m.node("norm"), m.x, m.c
+    scale, bias = m.values.get("scale"), m.values.get("bias")
+    feature = per_feature(c, x, norm.attr("axis", -1) % x.rank)
+    if m.root.op_type == "Add":
+        bias = c if feature is None else \
+            op.constant(cast_like(feature + (0 if bias is None else bias.const), x), "bias")
+    elif feature is None:
+        scale = c
+    else:
+        scale = op.constant(cast_like(feature * (1 if scale is None else scale.const), x), "scale")
+        bias = None if bias is None else op.constant(cast_like(feature * bias.const, x), "bias")
+    if norm.op_type == "RMSNorm":
+        return op.RMSNorm(x, scale, **norm.attrs)
+    return op.LayerNorm(x, scale, bias, m.values.get("residual"), **norm.attrs)
+
+
+# ---- residual + LayerNorm: LayerNorm(x + r) -------------------------------------------------
+
+def add_layer_norm(op, x, residual, scale=None, bias=None):
+    return op.LayerNorm(x + residual, scale, bias, _domain=FUSED_DOMAIN, _name="norm")
+
+
+def add_layer_normalization(op, x, residual, scale, bias=None):
+    return op.LayerNormalization(x + residual, scale, bias, _name="norm")
+
+
+def add_layer_norm_check(m):
+    norm, total = m.node("norm"), m.node("norm").inputs[0]
+    if m.x.shape is None or m.x.shape != total.shape:
+        return (f"{describe(total.producer)}: {m.x.name!r} (shape {fmt_shape(m.x.shape)}) is "
+                f"broadcast to {fmt_shape(total.shape)}; the fused kernel needs a full-shape input")
+    return standard_layer_norm_reason(norm, m.x)
+
+
+def add_layer_norm_replace(op, m):
+    return fused_layer_norm(op, m, m.x, m.values.get("scale"), m.values.get("bias"), m.residual)
+
+
+# ---- LayerNorm feeding one MatMul: its scale and bias fold into the weights (level 2) -------
+# (LN(x)·s + b)·W + c  =  LN(x)·(diag(s)·W) + (b·W + c), the new weights and bias computed once,
+# here: the LayerNorm loses its affine epilogue. Only when the LayerNorm feeds this product
+# alone (the driver refuses others), e.g. GPT-2's ln_2 → c_fc, ViT's layernorm_after → fc1.
+
+def fused_norm(op, x, scale, bias, residual):
+    return op.LayerNorm(x, scale, bias, residual, _domain=FUSED_DOMAIN, _name="norm")
+
+
+def standard_norm(op, x, scale, bias, residual):
+    return op.LayerNormalization(x, scale, bias, _name="norm")
+
+
+def norm_matmul(norm):
+    def pattern(op, x, w, scale, bias=None, residual=None):
+        return op.MatMul(norm(op, x, scale, bias, residual), w, _name="matmul")
+    return pattern
+
+
+def norm_matmul_plus(norm):
+    def pattern(op, x, w, c, scale, bias=None, residual=None):
+        return op.MatMul(norm(op, x, scale, bias, residual), w, _name="matmul") + c
+    return pattern
+
+
+def norm_gemm(norm):
+    def pattern(op, x, w, scale, c=None, bias=None, residual=None):
+        return op.Gemm(norm(op, x, scale, bias, residual), w, c, _name="matmul")
+    return pattern
+
+
+def layer_norm_matmul_check(m):
+    norm, mm, x, w = m.node("norm"), m.node("matmul"), m.x, m.w
+    reason = standard_layer_norm_reason(norm, x)
+    if reason:
+        return reason
+    if x.rank is None or norm.attr("axis", -1) % x.rank != x.rank - 1:
+        return (f"{describe(norm)} normalizes more than the last axis; only a per-feature scale "
+                f"folds into {describe(mm)}'s weights")
+    if mm.op_type == "Gemm" and attr_value(mm, "transA"):
+        return f"{describe(mm)}: transA=1, rule needs 0"
+    if w.const is None or w.rank != 2:
+        return f"{describe(mm)}: weight {w.name!r} is not a constant matrix"
+    if x.dtype not in NUMPY_FLOATS:
+        return f"{describe(mm)}: {x.dtype.name} weights cannot be rescaled at compile time"
+    if m.root.op_type == "Add" and m.root.outputs[0].shape != mm.outputs[0].shape:
+        return f"{describe(m.root)}: {m.c.name!r} broadcasts the product to a larger shape"
+    scale, bias, c = m.scale, m.values.get("bias"), m.values.get("c")
+    for what, v in (("scale", scale), ("bias", bias)):
+        if v is not None and per_feature(v, x, x.rank - 1) is None:
+            return f"{describe(norm)}: {what} {v.name!r} is not a per-feature constant"
+    if bias is None:
+        return None
+    if mm.op_type == "Gemm" and not attr_value(mm, "beta"):
+        return f"{describe(mm)}: beta=0, so C cannot carry {describe(norm)}'s bias"
+    if c is not None and c.const is None:
+        return f"{describe(m.root)}: bias {c.name!r} is computed, so {describe(norm)}'s bias cannot join it"
+    users = mm.outputs[0].users
+    if mm is m.root and len(users) == 1 and users[0].op_type == "Add" and \
+            any(v.const is not None for v in users[0].inputs):
+        return f"{describe(mm)}: left to its bias {describe(users[0])}, which takes {describe(norm)}'s bias"
+    return None
+
+
+def layer_norm_matmul_replace(op, m):
+    norm, mm, x, c = m.node("norm"), m.node("matmul"), m.x, m.values.get("c")
+    w, scale = m.w.const.astype(np.float64), per_feature(m.scale, x, x.rank - 1)
+    trans_b = mm.op_type == "Gemm" and attr_value(mm, "transB")
+    weight = op.constant(cast_like(w * scale if trans_b else scale[:, None] * w, x), "weight")
+    normalized = fused_layer_norm(op, m, x, None, None, m.values.get("residual"))
+    if m.values.get("bias") is not None:   # b·W (times alpha/beta for Gemm) joins the bias
+        shift = per_feature(m.bias, x, x.rank - 1) @ (w.T if trans_b else w)
+        if mm.op_type == "Gemm":
+            shift *= attr_value(mm, "alpha") / attr_value(mm, "beta")
+        c = op.constant(cast_like(shift + (0 if c is None else c.const), x), "bias")
+    if mm.op_type == "Gemm":
+        return op.Gemm(normalized, weight, c, **mm.attrs)
+    y = op.MatMul(normalized, weight)
+    return y if c is None else op.Add(y, c)
+
+
+# ---- shared helpers ----------------------------------------------------------------------
+
+
+def fmt_shape(shape) -> str:
+    return "unknown" if shape is None else f"[{','.join('?' if d is None else str(d) for d in shape)}]"
+
+
+def reduced_axes(node: Node, rank: int) -> list[int] | None:
+    """The sorted axes a ReduceMean reduces (attribute before opset 18, input from 18); None if
+    they are computed at run time."""
+    if node.input(1) is not None:
+        if node.inputs[1].const is None:
+            return None
+        axes = node.inputs[1].const.reshape(-1).tolist()
+    else:
+        axes = attr_value(node, "axes") or []
+    if not axes:
+        return [] if attr_value(node, "noop_with_empty_axes") else list(range(rank))
+    return sorted(a % rank for a in axes)
+
+
+def axis_of(reduce: Node, x: Value) -> int:
+    """The first normalized axis, counted from the end (as LayerNormalization's axis=-1)."""
+    return reduced_axes(reduce, x.rank)[0] - x.rank
+
+
+def reduction_reason(m, *names: str) -> str | None:
+    """Why the named ReduceMeans are not all over the same trailing axes of a float x."""
+    x = m.x
+    if x.rank is None or x.dtype is None or not x.dtype.is_float:
+        return f"{describe(m.node(names[0]))}: input {x.name!r} is not a float tensor of known rank"
+    axes = [reduced_axes(m.node(n), x.rank) for n in names]
+    for n, a in zip(names, axes):
+        if a is None:
+            return f"{describe(m.node(n))}: its axes are computed at run time"
+        if not a or a != list(range(a[0], x.rank)):
+            return f"{describe(m.node(n))}: reduces axes {a}, not the trailing axes a norm normalizes"
+    if any(a != axes[0] for a in axes):
+        return (f"{describe(m.node(names[0]))} reduces axes {axes[0]} but "
+                f"{describe(m.node(names[1]))} reduces {axes[1]}")
+    return None
+
+
+def epsilon_reason(m) -> str | None:
+    out = m.root.outputs[0]
+    if scalar(m.eps) is None:
+        return f"{describe(m.root)}: epsilon {m.eps.name!r} is not a constant scalar"
+    if out.shape is None or out.shape != m.x.shape:
+        return f"{describe(m.root)}: output shape {fmt_shape(out.shape)} is not the input's {fmt_shape(m.x.shape)}"
+    return None
+
+
+def per_feature(v: Value, x: Value, axis: int) -> np.ndarray | None:
+    """Constant v as an array of x's normalized shape x.shape[axis:], if v varies along those
+    axes only and broadcasting it against x leaves x's shape; else None."""
+    norm = x.shape[axis:] if x.shape is not None else None
+    if v.const is None or norm is None or v.rank > x.rank or \
+            not all(isinstance(d, int) for d in norm):
+        return None
+    c = v.const.reshape((1,) * (x.rank - v.rank) + v.const.shape)
+    if any(d != 1 for d in c.shape[:axis]) or \
+            any(d not in (1, n) for d, n in zip(c.shape[axis:], norm)):
+        return None
+    return np.broadcast_to(c.reshape(c.shape[axis:]), norm).astype(np.float64)
+
+
+NUMPY_FLOATS = (DType.FLOAT, DType.DOUBLE, DType.FLOAT16)   # the types numpy folds in
+
+
+def cast_like(a: np.ndarray, x: Value) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=x.dtype.numpy)
+
+
+def standard_layer_norm_reason(norm: Node, x: Value) -> str | None:
+    """Why a LayerNormalization cannot become our LayerNorm (None for one that already is)."""
+    if norm.domain == FUSED_DOMAIN:
+        return None
+    if any(v.uses for v in norm.outputs[1:]):
+        return f"{describe(norm)}: its Mean/InvStdDev outputs are used"
+    if x.rank is None or x.dtype is None:
+        return f"{describe(norm)}: the rank or type of {x.name!r} is unknown"
+    stash = DType(attr_value(norm, "stash_type"))
+    if stash != x.dtype and not (stash == DType.FLOAT and x.dtype in (DType.FLOAT16, DType.BFLOAT16)):
+        return f"{describe(norm)}: stash_type={stash.name} for a {x.dtype.name} input, kernel computes in the input's type"
+    axis = norm.attr("axis", -1) % x.rank
+    for v in norm.inputs[1:3]:
+        if v is not None and v.shape != x.shape[axis:] and (
+                x.dtype not in NUMPY_FLOATS or per_feature(v, x, axis) is None):
+            return f"{describe(norm)}: {v.name!r} is neither of the normalized shape nor a broadcast constant"
+    return None
+
+
+def fused_layer_norm(op, m, x: Value, scale: Value | None, bias: Value | None,
+                     residual: Value | None) -> Value:
+    """Our LayerNorm with the matched node's axis and epsilon, scale and bias of the normalized
+    shape (a broadcast constant of a LayerNormalization is expanded to it)."""
+    norm = m.node("norm")   # both ops default to axis=-1, epsilon=1e-5
+    axis, eps = norm.attr("axis", -1), norm.attr("epsilon", 1e-5)
+    a = axis % x.rank
+
+    def exact(v: Value | None, hint: str) -> Value | None:
+        if v is None or v.shape == x.shape[a:]:
+            return v
+        return op.constant(cast_like(per_feature(v, x, a), x), hint)
+    return op.LayerNorm(x, exact(scale, "scale"), exact(bias, "bias"), residual, axis=axis, epsilon=eps)
+
+
+RULES = [
+    Rule("LayerNormFusionOp", 1, "LayerNorm spelled in ReduceMean/Sub/Pow/Sqrt/Div → one layer_norm kernel",
+         [layer_norm(s, d) for s, d in SPELLINGS], layer_norm_replace, layer_norm_check),
+    Rule("RMSNormFusionOp", 1, "RMSNorm spelled x/√(mean(x²)+ε) → one rms_norm kernel",
+         [rms_norm(s, d) for s, d in SPELLINGS], rms_norm_replace, rms_norm_check),
+    Rule("NormScaleBiasFusionOp", 1, "·scale and +bias after a LayerNorm/RMSNorm → its scale and bias",
+         [layer_norm_times, layer_norm_plus, rms_norm_times], scale_bias_replace, scale_bias_check),
+    Rule("AddLayerNormFusionOp", 1, "LayerNorm(x + residual) → one LayerNorm with a residual input",
+         [add_layer_norm, add_layer_normalization], add_layer_norm_replace, add_layer_norm_check),
+    Rule("LayerNormMatMulFusionOp", 2,
+         "LayerNorm feeding one constant MatMul/Gemm → its scale and bias folded into the weights",
+         [p(n) for p in (norm_matmul_plus, norm_matmul, norm_gemm) for n in (fused_norm, standard_norm)],
+         layer_norm_matmul_replace, layer_norm_matmul_check),
+]
