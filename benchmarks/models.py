@@ -13,6 +13,9 @@ Both exporters run with their own graph optimisation off (no constant folding, n
 the file keeps the graph as PyTorch wrote it — BatchNormalization stays a node of its own — and
 any fusion seen later is autofusion's doing.
 
+`tiny_resnet` is a small ResNet-style CNN built here from plain torch, for quick smoke runs that
+must work without torchvision (`python -m benchmarks --quick`).
+
 Input sizes: the size each model's torchvision weights were trained at (224x224, except
 EfficientNet-B4 at 380x380); BERT and GPT-2 take 128 tokens. Models whose forward returns a
 ModelOutput are wrapped to return plain tensors. BERT and GPT-2 use transformers' "eager"
@@ -125,6 +128,31 @@ def _tokens(names: tuple[str, ...], vocab: int) -> Callable[[int], dict[str, tor
     return inputs
 
 
+# ---- built in (plain torch) ---------------------------------------------------------------
+
+class _Residual(nn.Module):
+    """A basic ResNet block: two 3x3 Conv+BN, a projection on the skip when the shape changes."""
+
+    def __init__(self, cin: int, cout: int, stride: int):
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(),
+            nn.Conv2d(cout, cout, 3, 1, 1, bias=False), nn.BatchNorm2d(cout))
+        self.skip = (nn.Identity() if stride == 1 and cin == cout else
+                     nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout)))
+
+    def forward(self, x):
+        return torch.relu(self.body(x) + self.skip(x))
+
+
+def _tiny_resnet() -> nn.Module:
+    """Three residual stages (16, 32, 64 channels) and a linear head: 78k parameters."""
+    return nn.Sequential(
+        nn.Conv2d(3, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU(),
+        _Residual(16, 16, 1), _Residual(16, 32, 2), _Residual(32, 64, 2),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10))
+
+
 # ---- the registry --------------------------------------------------------------------------
 
 def _vision(name: str, arch: str, size: int = 224) -> ModelSpec:
@@ -143,6 +171,7 @@ MODELS: dict[str, ModelSpec] = {s.name: s for s in [
               ("last_hidden_state", "pooler_output"), "transformers"),
     ModelSpec("gpt2", _gpt2, _tokens(("input_ids",), vocab=50257),
               ("last_hidden_state",), "transformers"),
+    ModelSpec("tiny_resnet", _tiny_resnet, _image(64), ("logits",), "torch"),
 ]}
 
 

@@ -30,12 +30,15 @@ def torch_dtype(dt: DType | int, where: str = "") -> torch.dtype:
 
 
 def to_torch(a: np.ndarray, dtype: DType | None = None, name: str = "") -> torch.Tensor:
-    """A constant as a torch tensor (a copy: the graph's numpy data stays untouched)."""
+    """A constant as a torch tensor, sharing the graph's memory where it can (kernels never
+    write to their inputs); a copy only for read-only or non-contiguous data."""
     if a.dtype == np.object_:
         raise KernelBuildError(f"constant {name!r}: string tensors are not supported")
     if dtype == DType.BFLOAT16 and a.dtype != np.float32:
         return torch.from_numpy(np.ascontiguousarray(a).astype(np.float32)).to(torch.bfloat16)
-    return torch.from_numpy(np.array(a, copy=True, order="C"))
+    if not (a.flags.writeable and a.flags.c_contiguous):
+        a = np.array(a, copy=True, order="C")
+    return torch.from_numpy(a)
 
 
 def kernel(*names: str):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from typing import Callable
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -70,93 +71,175 @@ def onednn_post_op(node: Node) -> tuple[str, list, str] | None:
 
 
 # ---- FusedConv ----------------------------------------------------------------------------
+# act(conv(x, W) + B + z) as one oneDNN call: the weight prepacked into oneDNN's blocked layout at
+# build time, the activations channels-last (the output too, so a chain of FusedConvs never
+# changes layout), bias, residual and activation as post-ops. A oneDNN call costs ~25 µs however
+# small the conv, while PyTorch runs a small dense conv as one plain GEMM in 5-10 µs: those run on
+# PyTorch's conv (see onednn_pays; measured on this project's 2-core hosts, batch 1).
+
+ONEDNN_MIN_MACS = 1 << 21   # multiply-adds per image from which oneDNN's call overhead is repaid
+_TORCH_CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
+
+
+def onednn_pays(w_shape: tuple[int, ...], group: int, out_spatial: list[int]) -> bool:
+    """Whether oneDNN beats PyTorch's conv: grouped and depthwise convs (PyTorch calls oneDNN there
+    too, without prepacking), window convs with long reductions (PyTorch's im2col is slow there),
+    and every conv of at least ONEDNN_MIN_MACS."""
+    window, reduction = math.prod(w_shape[2:]), math.prod(w_shape[1:])
+    if group > 1 or (window > 1 and reduction >= 256):
+        return True
+    return w_shape[0] * reduction * math.prod(out_spatial) >= ONEDNN_MIN_MACS
+
 
 @kernel(FUSED + "FusedConv")
 def fused_conv(node: Node) -> Kernel:
-    nd = len(node.inputs[1].shape) - 2 if node.inputs[1].shape else 2
+    w, b = const_input(node, 1), const_input(node, 2)
+    if node.inputs[1].rank is None:
+        raise KernelBuildError("FusedConv needs the rank of its weight")
+    nd = node.inputs[1].rank - 2
     strides = list(node.attr("strides", [1] * nd))
     dilations = list(node.attr("dilations", [1] * nd))
-    pads = list(node.attr("pads", [0] * 2 * nd))
     group = node.attr("group", 1)
-    if pads[:nd] != pads[nd:]:
-        raise KernelBuildError("FusedConv needs symmetric pads (the rule pads asymmetric ones)")
-    pads = pads[:nd]
-    act = torch_activation(node)
-    onednn = _onednn_conv(node, strides, pads, dilations, group, act) if nd == 2 else None
-    if onednn is not None:
-        return onednn
-    conv = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[nd]
+    pads = list(node.attr("pads", [0] * 2 * nd))
+    padding = [min(pads[i], pads[nd + i]) for i in range(nd)]   # the symmetric part the libraries take
+    beyond = [(pads[i] - padding[i], pads[nd + i] - padding[i]) for i in range(nd)]
+    extra = [p for axis in reversed(beyond) for p in axis]   # F.pad's order: last axis first
+    act, residual = torch_activation(node), node.input(3) is not None
+    if w is None or (node.input(2) is not None and b is None):
+        run = _conv_runtime_weights(_TORCH_CONV[nd], strides, padding, dilations, group, act)
+        return _padded(run, extra) if any(extra) else run
+    weight = torch.from_numpy(w.copy())
+    bias = None if b is None else torch.from_numpy(b.copy())
+    x_shape = node.inputs[0].shape
+    static = x_shape is not None and all(isinstance(d, int) for d in x_shape[1:])
+    sizes = static and [n + sum(more) for n, more in zip(x_shape[2:], beyond)]   # after F.pad
+    out = static and [(n + 2 * p - d * (k - 1) - 1) // s + 1
+                      for n, p, k, s, d in zip(sizes, padding, w.shape[2:], strides, dilations)]
+    if static and onednn_pays(w.shape, group, out):
+        run = _onednn_conv(weight, bias, [1, x_shape[1], *sizes], strides, padding, dilations, group,
+                           act, onednn_post_op(node), residual)
+    else:
+        run = _torch_conv(weight, bias, strides, padding, dilations, group, act, residual)
+    return baked(_padded(run, extra) if any(extra) else run, 1, 2)
 
+
+def _onednn_conv(weight, bias, in_size, strides, padding, dilations, group, act, post,
+                 residual) -> Kernel:
+    nd = weight.dim() - 2
+    if nd == 1:   # oneDNN's PyTorch binding prepacks 2-D and 3-D: a 1-D conv runs with height 1
+        weight, in_size = weight.unsqueeze(2), [*in_size[:2], 1, in_size[2]]
+        strides, padding, dilations = [1, *strides], [0, *padding], [1, *dilations]
+    packed = torch.ops.mkldnn._reorder_convolution_weight(weight, padding, strides, dilations,
+                                                          group, in_size)
+    cl = torch.channels_last_3d if nd == 3 else torch.channels_last
+    conv = torch.ops.mkldnn._convolution_pointwise
+    if not residual:
+        attr, scalars, algorithm = post or ("none", [], "")
+        tail = act if post is None else None
+
+        def run(x):
+            return conv(x.contiguous(memory_format=cl), packed, bias, padding, strides, dilations,
+                        group, attr, scalars, algorithm)
+    else:   # the residual is a binary post-op, which oneDNN can follow with ReLU only
+        unary = "relu" if post is not None and post[0] == "relu" else None
+        tail = act if unary is None else None
+
+        def run(x, z):
+            return conv.binary(x.contiguous(memory_format=cl), z.contiguous(memory_format=cl), packed,
+                               bias, padding, strides, dilations, group, "add", 1.0, unary, [], None)
+    run = _then(run, tail) if tail is not None else run
+    return _as_2d(run) if nd == 1 else run
+
+
+def _torch_conv(weight, bias, strides, padding, dilations, group, act, residual) -> Kernel:
+    conv = _TORCH_CONV[weight.dim() - 2]
+    if residual:
+        def run(x, z):
+            return conv(x, weight, bias, strides, padding, dilations, group).add_(z)
+    else:
+        def run(x):
+            return conv(x, weight, bias, strides, padding, dilations, group)
+    return _then(run, act) if act is not None else run
+
+
+def _conv_runtime_weights(conv, strides, padding, dilations, group, act) -> Kernel:
+    """A FusedConv whose weight or bias is computed (never made by the rules, but valid ONNX)."""
     def run(x, w, b=None, z=None):
-        y = conv(x, w, b, strides, pads, dilations, group)
-        if z is not None:
-            y = y + z
-        return act(y) if act else y
+        y = conv(x, w, b, strides, padding, dilations, group)
+        y = y if z is None else y + z
+        return y if act is None else act(y)
     return run
 
 
-def _onednn_conv(node, strides, pads, dilations, group, act) -> Kernel | None:
-    """oneDNN convolution on channels-last input with prepacked weights and post-ops, if it fits."""
-    w, b, post = const_input(node, 1), const_input(node, 2), onednn_post_op(node)
-    x_shape = node.inputs[0].shape
-    if w is None or post is None or (node.input(2) is not None and b is None) or \
-            x_shape is None or not all(isinstance(d, int) for d in x_shape[1:]):
-        return None
-    bias = torch.from_numpy(b.copy()) if b is not None else None
-    packed = torch.ops.mkldnn._reorder_convolution_weight(
-        torch.from_numpy(w.copy()), pads, strides, dilations, group, [1, *x_shape[1:]])
-    attr, scalars, algorithm = post
-    conv, cl = torch.ops.mkldnn._convolution_pointwise, torch.channels_last
-    if node.input(3) is None:
-        def run(x):
-            return conv(x.contiguous(memory_format=cl), packed, bias, pads, strides, dilations,
-                        group, attr, scalars, algorithm)
-    elif attr in ("none", "relu"):   # residual as oneDNN's sum post-op, then ReLU
-        unary = None if attr == "none" else attr
+def _then(run: Kernel, act: Callable) -> Kernel:
+    return lambda *args: act(run(*args))
 
-        def run(x, z):
-            return conv.binary(x.contiguous(memory_format=cl), z.contiguous(memory_format=cl),
-                               packed, bias, pads, strides, dilations, group, "sum", 1.0, unary,
-                               [], None)
-    else:
-        def run(x, z):
-            return act(conv.binary(x.contiguous(memory_format=cl), z.contiguous(memory_format=cl),
-                                   packed, bias, pads, strides, dilations, group, "sum", 1.0,
-                                   None, [], None))
-    return baked(run, 1, 2)
+
+def _padded(run: Kernel, extra: list[int]) -> Kernel:
+    """Asymmetric pads: the part beyond the symmetric one is padded explicitly, then the conv."""
+    return lambda x, *rest: run(F.pad(x, extra), *rest)
+
+
+def _as_2d(run: Kernel) -> Kernel:
+    return lambda x, *z: run(x.unsqueeze(2), *(t.unsqueeze(2) for t in z)).squeeze(2)
 
 
 # ---- FusedMatMul ----------------------------------------------------------------------------
+# A linear layer (a constant matrix B, no trans_a) gets its weight as [out, in] once, with alpha
+# folded into it and beta into the bias. Big ones run as one oneDNN GEMM on the weight packed
+# once, bias and activation as post-ops: on BERT-Base shapes ([1,128,768]x[768,768] and
+# [768,3072] + GELU) that beat F.linear + GELU by 1.1-1.6x. Under ~8 MFLOP oneDNN's ~20 µs call
+# overhead loses, and F.linear (+ the activation) runs instead. Batched matmuls, as in attention,
+# are one torch.matmul with the transposes as views.
+
+ONEDNN_MIN_FLOPS = 1 << 23
+ASSUMED_ROWS = 128   # rows of a dynamic-shape input, for that choice: a typical sequence
+
 
 @kernel(FUSED + "FusedMatMul")
 def fused_matmul(node: Node) -> Kernel:
+    linear = _linear(node)
+    if linear is not None:
+        return linear
     trans_a, trans_b = node.attr("trans_a", 0), node.attr("trans_b", 0)
     alpha, beta = node.attr("alpha", 1.0), node.attr("beta", 1.0)
     act = torch_activation(node)
-    w = const_input(node, 1)
-    if w is not None and w.ndim == 2 and not trans_a and alpha == 1.0 and beta == 1.0:
-        # a linear layer: weight as [out, in] once, bias baked, activation after oneDNN's GEMM
-        weight = torch.from_numpy((w if trans_b else w.T).copy()).contiguous()
-        c = const_input(node, 2)
-        bias = torch.from_numpy(c.copy()) if c is not None and c.ndim == 1 else None
-        if bias is not None or node.input(2) is None:
-            lin = F.linear
-            if act is None:
-                return baked(lambda x: lin(x, weight, bias), 1, 2)
-            return baked(lambda x: act(lin(x, weight, bias)), 1, 2)
 
     def run(a, b, c=None):
-        if trans_a:
-            a = a.transpose(-1, -2)
-        if trans_b:
-            b = b.transpose(-1, -2)
-        y = torch.matmul(a, b)
+        y = torch.matmul(a.mT if trans_a else a, b.mT if trans_b else b)
         if alpha != 1.0:
-            y = y * alpha
+            y = y.mul_(alpha)
         if c is not None:
-            y = y + (c * beta if beta != 1.0 else c)
+            y = y + c if beta == 1.0 else torch.add(y, c, alpha=beta)
         return act(y) if act else y
     return run
+
+
+def _linear(node: Node) -> Kernel | None:
+    """act(x·W·alpha + beta·c) with W a constant matrix and c absent or a constant [.., N] bias."""
+    w, c, out = const_input(node, 1), const_input(node, 2), node.outputs[0].shape
+    if w is None or w.ndim != 2 or node.attr("trans_a", 0) or w.dtype != np.float32:
+        return None
+    n = w.shape[0] if node.attr("trans_b", 0) else w.shape[1]
+    if node.input(2) is not None and (c is None or c.size != n or c.shape[-1:] != (n,) or
+                                      out is None or c.ndim > len(out)):
+        return None
+    weight = torch.from_numpy(np.ascontiguousarray(
+        (w if node.attr("trans_b", 0) else w.T) * np.float32(node.attr("alpha", 1.0))))
+    bias = None if c is None else torch.from_numpy(
+        (c.reshape(n) * np.float32(node.attr("beta", 1.0))).astype(np.float32))
+    x = node.inputs[0].shape
+    static = x is not None and all(isinstance(d, int) for d in x)
+    rows = math.prod(x[:-1]) if static else ASSUMED_ROWS
+    post, act = onednn_post_op(node), torch_activation(node)
+    if post is not None and torch.backends.mkldnn.is_available() and rows * w.size >= ONEDNN_MIN_FLOPS:
+        packed = torch.ops.mkldnn._reorder_linear_weight(weight, rows if static else None)
+        attr, scalars, algorithm = post
+        linear = torch.ops.mkldnn._linear_pointwise
+        return baked(lambda x: linear(x, packed, bias, attr, scalars, algorithm), 1, 2)
+    if act is None:
+        return baked(lambda x: F.linear(x, weight, bias), 1, 2)
+    return baked(lambda x: act(F.linear(x, weight, bias)), 1, 2)
 
 
 # ---- normalization, activations -----------------------------------------------------------
@@ -215,11 +298,21 @@ def attention(node: Node) -> Kernel:
 
 @kernel(FUSED + "PoolGemm")
 def pool_gemm(node: Node) -> Kernel:
+    """mean over the spatial axes, then one F.linear: the weight as [out, in] with alpha folded in,
+    the bias with beta folded in, both prepared here; a computed weight or bias runs generically."""
     alpha, beta, trans_b = node.attr("alpha", 1.0), node.attr("beta", 1.0), node.attr("transB", 0)
+    spatial = tuple(range(2, node.inputs[0].rank or 4))
+    w, c = const_input(node, 1), const_input(node, 2)
+    outs = None if w is None else w.shape[0 if trans_b else 1]
+    if w is not None and (node.input(2) is None or (c is not None and c.size in (1, outs))):
+        weight = torch.from_numpy(np.ascontiguousarray((w if trans_b else w.T) * w.dtype.type(alpha)))
+        bias = None if c is None else torch.from_numpy(
+            np.broadcast_to(c.reshape(-1) * c.dtype.type(beta), (outs,)).copy())
+        linear = F.linear
+        return baked(lambda x: linear(x.mean(spatial), weight, bias), 1, 2)
 
     def run(x, w, b=None):
-        pooled = x.mean(dim=tuple(range(2, x.dim())))
-        y = torch.matmul(pooled, w.t() if trans_b else w)
+        y = torch.matmul(x.mean(spatial), w.t() if trans_b else w)
         if alpha != 1.0:
             y = y * alpha
         return y if b is None else y + (b * beta if beta != 1.0 else b)

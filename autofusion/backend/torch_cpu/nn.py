@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from ...ir import Node
 from .common import Kernel, kernel
-from .tensor import planned
+from .tensor import planned, torch_pads
 
 _CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 _CONV_T = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
@@ -53,12 +53,6 @@ def _pads(node: Node, sizes, kernel, strides, dilations) -> list[int]:
     return list(node.attr("pads") or [0] * (2 * nd))
 
 
-def _torch_pads(pads: list[int]) -> list[int]:
-    """ONNX [begins..., ends...] → F.pad's (last_begin, last_end, previous_begin, ...)."""
-    nd = len(pads) // 2
-    return [p for i in reversed(range(nd)) for p in (pads[i], pads[nd + i])]
-
-
 # ---- conv -----------------------------------------------------------------------------------
 
 
@@ -72,7 +66,7 @@ def _conv(node: Node) -> Kernel:
         if pads[:nd] == pads[nd:]:
             padding = pads[:nd]
             return lambda x, w, b=None: conv(x, w, b, strides, padding, dilations, group)
-        tp = _torch_pads(pads)  # asymmetric: pad first
+        tp = torch_pads(pads)  # asymmetric: pad first
         return lambda x, w, b=None: conv(F.pad(x, tp), w, b, strides, 0, dilations, group)
     return planned(node, make, shapes=(0, 1) if _is_same(node) else ())
 
@@ -84,7 +78,7 @@ def _conv_transpose(node: Node) -> Kernel:
     out_pad = list(node.attr("output_padding") or [0] * nd)
     out_shape, pads = node.attr("output_shape"), node.attr("pads")
     if node.attr("auto_pad", "NOTSET") == "VALID" or (pads is None and not out_shape and not _is_same(node)):
-        pads = [0] * (2 * nd)
+        pads = [0] * (2 * nd)  # else None: computed from output_shape or SAME_*
 
     def make(xs=None, ws=None):
         p = pads
@@ -95,10 +89,11 @@ def _conv_transpose(node: Node) -> Kernel:
                       zip(xs[2:], strides, out_pad, kernel_, dilations, target)]
             p = _split_total(totals, node.attr("auto_pad") == "SAME_UPPER")
         begins, ends = p[:nd], p[nd:]
-        if begins == ends and min(begins) >= 0 and all(o < max(s, d) for o, s, d in zip(out_pad, strides, dilations)):
+        torch_ok = all(o < max(s, d) for o, s, d in zip(out_pad, strides, dilations))
+        if begins == ends and min(begins) >= 0 and torch_ok:
             return lambda x, w, b=None: conv_t(x, w, b, strides, begins, out_pad, group, dilations)
-        # general: the full transposed conv, then crop `pads` (negative F.pad) and extend by output_padding
-        tp = _torch_pads([-b for b in begins] + [o - e for o, e in zip(out_pad, ends)])
+        # else the full transposed conv, cropped by `pads` (a negative F.pad), extended by output_padding
+        tp = torch_pads([-b for b in begins] + [o - e for o, e in zip(out_pad, ends)])
 
         def run(x, w, b=None):
             y = F.pad(conv_t(x, w, None, strides, 0, 0, group, dilations), tp)
@@ -128,9 +123,9 @@ def _pool_node(node: Node):
     kernel_ = list(node.attr("kernel_shape"))
     nd = len(kernel_)
     strides, dilations = _geometry(node, nd)
-    pads = node.attr("pads") or [0] * (2 * nd)
+    p = node.attr("pads") or [0] * (2 * nd)
     # torch pools pad symmetrically by at most half the kernel; anything else is padded explicitly
-    native = not _is_same(node) and pads[:nd] == pads[nd:] and all(p <= k // 2 for p, k in zip(pads, kernel_))
+    native = not _is_same(node) and p[:nd] == p[nd:] and all(b <= k // 2 for b, k in zip(p, kernel_))
     return kernel_, strides, dilations, nd, native
 
 
@@ -169,7 +164,7 @@ def _max_pool(node: Node) -> Kernel:
                 return r[0], onnx_indices(r[1], sizes, sizes, [0] * nd)
             return run
         pads, extent = _pool_extent(node, shape[2:], kernel_, strides, dilations)
-        tp, sizes = _torch_pads(extent), tuple(shape[2:])
+        tp, sizes = torch_pads(extent), tuple(shape[2:])
         padded = tuple(n + b + e for n, b, e in zip(sizes, extent[:nd], extent[nd:]))
 
         def run(x):
@@ -190,9 +185,9 @@ def _average_pool(node: Node) -> Kernel:
 
     def make(shape):  # window sums divided by how many input (and, if counted, pad) cells each covers
         pads, extent = _pool_extent(node, shape[2:], kernel_, strides, dilations)
-        tp, extra = _torch_pads(extent), _torch_pads([0] * nd + [e - p for e, p in zip(extent[nd:], pads[nd:])])
-        mask = F.pad(torch.ones(1, 1, *shape[2:]), _torch_pads(pads), value=float(include_pad))
-        count = _window_sum(F.pad(mask, extra), kernel_, strides, dilations)
+        mask = F.pad(torch.ones(1, 1, *shape[2:]), torch_pads(pads), value=float(include_pad))
+        mask = F.pad(mask, torch_pads([0] * nd + [e - p for e, p in zip(extent[nd:], pads[nd:])]))
+        count, tp = _window_sum(mask, kernel_, strides, dilations), torch_pads(extent)
         return lambda x: _window_sum(F.pad(x, tp), kernel_, strides, dilations) / count.to(x.dtype)
     return planned(node, make)
 
@@ -203,7 +198,7 @@ def _lp_pool(node: Node) -> Kernel:
     p = node.attr("p", 2)
 
     def make(shape):
-        tp = _torch_pads(_pool_extent(node, shape[2:], kernel_, strides, dilations)[1])
+        tp = torch_pads(_pool_extent(node, shape[2:], kernel_, strides, dilations)[1])
         return lambda x: _window_sum(F.pad(x.abs().pow(p), tp), kernel_, strides, dilations).pow(1.0 / p)
     return planned(node, make)
 

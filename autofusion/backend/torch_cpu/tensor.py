@@ -49,6 +49,12 @@ def planned(node: Node, make: Callable[..., Kernel], vals: tuple[int, ...] = (),
     return run
 
 
+def torch_pads(pads: list[int]) -> list[int]:
+    """ONNX pads [begins..., ends...] → F.pad's order (last_begin, last_end, previous_begin, ...)."""
+    nd = len(pads) // 2
+    return [p for i in reversed(range(nd)) for p in (pads[i], pads[nd + i])]
+
+
 def _axis(a: int, rank: int) -> int:
     return a + rank if a < 0 else a
 
@@ -243,11 +249,11 @@ def _pad(node: Node) -> Kernel:
         rank = len(shape)
         axes = list(range(rank)) if axes is None else [_axis(a, rank) for a in axes]
         k = len(axes)
-        full = [0] * (2 * rank)  # ONNX order: all begins, then all ends
+        full = [0] * (2 * rank)  # all begins, then all ends
         for j, a in enumerate(axes):
             full[a], full[rank + a] = pads[j], pads[k + j]
         if mode == "constant":
-            tp = [p for a in reversed(range(rank)) for p in (full[a], full[rank + a])]
+            tp = torch_pads(full)
             if runtime_value:
                 return lambda x, p, v, ax=None: F.pad(x, tp, value=v.item())
             return lambda x, *_: F.pad(x, tp, value=value)
@@ -377,7 +383,10 @@ def _resize_axis(n_in: int, n_out: int, scale: float, roi: tuple[float, float], 
         x = y / scale
     elif ctm == "tf_crop_and_resize":  # roi arithmetic in float32, as in ONNX's reference
         lo, hi = torch.tensor(roi, dtype=torch.float32)
-        x = y * 0 + float((hi - lo) * (n_in - 1) / 2) if length == 1 else y * float(hi - lo) * (n_in - 1) / (length - 1)
+        if length == 1:
+            x = y * 0 + float((hi - lo) * (n_in - 1) / 2)
+        else:
+            x = y * float(hi - lo) * (n_in - 1) / (length - 1)
         x = x + float(lo * (n_in - 1))
     elif ctm == "pytorch_half_pixel":
         x = y * 0 - 0.5 if length == 1 else (y + 0.5) / scale - 0.5
@@ -422,8 +431,8 @@ def _resize_plan(shape, opts, roi=None, scales=None, sizes=None, axes=None) -> K
     steps = []
     for j, a in enumerate(axes):
         r = (roi[j], roi[k + j]) if roi else (0.0, 1.0)
-        if math.isclose(sc[a], 1.0) and out[a] == shape[a] and math.isclose(r[0], 0.0) and math.isclose(r[1], 1.0):
-            continue
+        if out[a] == shape[a] and math.isclose(sc[a], 1) and math.isclose(r[0], 0) and math.isclose(r[1], 1):
+            continue  # identity along this axis
         idx, w, outside = _resize_axis(shape[a], out[a], sc[a], r, opts)
         view = [-1] + [1] * (rank - a - 1)
         steps.append((a, idx, None if w is None else w.view(*idx.shape, *view[1:]),
@@ -456,12 +465,13 @@ def _interpolate(shape, resized, sc, out, opts, by_size) -> Kernel | None:
     """F.interpolate where it computes ONNX's Resize (up to rounding): linear or cubic over spatial
     axes, half_pixel (torch's align_corners=False) or align_corners; None elsewhere."""
     mode, ctm, spatial = _INTERPOLATE.get((opts["mode"], len(shape))), opts["ctm"], range(2, len(shape))
-    if mode is None or opts["antialias"] or not resized or min(resized) < 2 or opts["policy"] != "stretch" or \
-            (mode == "bicubic" and (opts["cubic_a"] != -0.75 or opts["exclude_outside"])):
-        return None
     size, factors = [out[a] for a in spatial], [sc[a] for a in spatial]
-    if min(size) == 0:
+    if mode is None or opts["antialias"] or opts["policy"] != "stretch":
         return None
+    if not resized or min(resized) < 2 or min(size) == 0:  # batch or channels resized, or empty
+        return None
+    if mode == "bicubic" and (opts["cubic_a"] != -0.75 or opts["exclude_outside"]):
+        return None  # torch's bicubic: a = -0.75, borders clamped
     if ctm == "align_corners" and all(sc[a] * shape[a] == out[a] for a in spatial):
         return lambda x: F.interpolate(x, size=size, mode=mode, align_corners=True)
     if ctm == "half_pixel" or (ctm == "pytorch_half_pixel" and min(size) > 1):
@@ -490,7 +500,7 @@ def _resize(node: Node) -> Kernel:
         opts = _resize_opts(node, "asymmetric", "floor")
         return planned(node, lambda shape, scales: _resize_plan(shape, opts, scales=scales), (1,))
     opts, axes = _resize_opts(node, "half_pixel", "round_prefer_floor"), node.attr("axes")
-    return planned(node, lambda shape, roi, scales, sizes: _resize_plan(shape, opts, roi, scales, sizes, axes),
+    return planned(node, lambda shape, *roi_scales_sizes: _resize_plan(shape, opts, *roi_scales_sizes, axes),
                    (1, 2, 3))
 
 
@@ -531,7 +541,8 @@ def _constant_of_shape(node: Node) -> Kernel:
 
 @kernel("Range")
 def _range(node: Node) -> Kernel:
-    return lambda start, limit, delta: torch.arange(start.item(), limit.item(), delta.item(), dtype=start.dtype)
+    return lambda start, limit, delta: torch.arange(start.item(), limit.item(), delta.item(),
+                                                    dtype=start.dtype)
 
 
 @kernel("TopK")

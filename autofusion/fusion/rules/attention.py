@@ -1,6 +1,155 @@
-"""attention rules (being written)."""
+"""Scaled dot-product attention written out in ops → one F.scaled_dot_product_attention call.
+
+    softmax(q·kᵀ·scale + mask)·v        q, k, v: [batch, heads, seq, head_dim]
+
+Exporters write kᵀ as a Transpose — [0,1,3,2] of k, or [0,2,3,1] straight from the [B,S,H,D]
+projection — and the scale as a Div by √d or a Mul by 1/√d. The fused op takes k itself: the
+swap is composed with kᵀ's own Transpose, so at most one Transpose (a view) remains.
+
+GPT-2 masks causally with Where(keep, scores, lowest) before the softmax. Adding
+Where(keep, 0, lowest) instead gives the same float32 scores: any score below 10³¹ in magnitude
+plus the lowest float rounds back to the lowest float. So the keep mask joins the additive mask,
+and with a constant keep (static shapes) it folds into a constant.
+"""
 from __future__ import annotations
 
+import numpy as np
+
+from ...ir import DType, Value
+from ..pattern import attr_value
 from ..rule import Rule
 
-RULES: list[Rule] = []
+LOWEST = float(np.finfo(np.float32).min)
+
+
+# ---- BERT: softmax(q·kᵀ / √d + mask)·v -----------------------------------------------------
+
+def attention(op, q, kt, v, scale, mask=None):
+    s = op.Div(op.MatMul(q, kt, _name="qk"), scale, _name="scale")
+    return op.MatMul(op.Softmax(op.Optional.Add(s, mask), _name="softmax"), v)
+
+
+def attention_scale_by_mul(op, q, kt, v, scale, mask=None):
+    s = op.Mul(op.MatMul(q, kt, _name="qk"), scale, _name="scale")
+    return op.MatMul(op.Softmax(op.Optional.Add(s, mask), _name="softmax"), v)
+
+
+def attention_unscaled(op, q, kt, v, mask=None):   # T5
+    s = op.MatMul(q, kt, _name="qk")
+    return op.MatMul(op.Softmax(op.Optional.Add(s, mask), _name="softmax"), v)
+
+
+# ---- GPT-2: softmax(where(keep, q·kᵀ / √d, lowest) + mask)·v -------------------------------
+
+def causal_attention(op, q, kt, v, scale, keep, fill, mask=None):
+    s = op.Where(keep, op.Div(op.MatMul(q, kt, _name="qk"), scale, _name="scale"), fill, _name="where")
+    return op.MatMul(op.Softmax(op.Optional.Add(s, mask), _name="softmax"), v)
+
+
+def causal_attention_scale_by_mul(op, q, kt, v, scale, keep, fill, mask=None):
+    s = op.Where(keep, op.Mul(op.MatMul(q, kt, _name="qk"), scale, _name="scale"), fill, _name="where")
+    return op.MatMul(op.Softmax(op.Optional.Add(s, mask), _name="softmax"), v)
+
+
+# ---- check ---------------------------------------------------------------------------------
+
+def scale_of(m) -> float | None:
+    """The factor on q·kᵀ: 1 without a scale node, else the constant scalar (inverted for Div)."""
+    if not m.has("scale"):
+        return 1.0
+    s = m.scale
+    if s.const is None or s.const.size != 1:
+        return None
+    value = float(s.const.reshape(-1)[0])
+    if m.node("scale").op_type == "Mul":
+        return value
+    return 1.0 / value if value != 0.0 else None
+
+
+def dims(v: Value) -> str:
+    return "?" if v.shape is None else "[" + ",".join("?" if d is None else str(d) for d in v.shape) + "]"
+
+
+def broadcasts_into(small: Value, big: tuple) -> bool:
+    """Whether `small` broadcasts to `big` without growing it (1 or the same dim, right-aligned)."""
+    if small.shape is None or len(small.shape) > len(big):
+        return False
+    return all(d == 1 or (d is not None and d == b) for d, b in zip(reversed(small.shape), reversed(big)))
+
+
+def check(m) -> str | None:
+    qk, softmax = m.node("qk"), m.node("softmax")
+    q, kt, v = m.q, m.kt, m.v
+    for x in (q, kt, v, m.values.get("mask")):
+        if x is not None and x.dtype != DType.FLOAT:
+            dtype = x.dtype.name.lower() if x.dtype is not None else "of unknown type"
+            return f"MatMul {qk.name!r}: {x.name!r} is {dtype}, the fused attention is float32"
+    if q.shape is None or kt.shape is None or v.shape is None:
+        return f"MatMul {qk.name!r}: the shapes of q, kᵀ and v must be known"
+    rank = len(q.shape)
+    if rank < 3 or len(kt.shape) != rank or len(v.shape) != rank:
+        return (f"MatMul {qk.name!r}: q {dims(q)}, kᵀ {dims(kt)}, v {dims(v)} are not "
+                "[batch…, seq, head_dim] of one rank ≥ 3")
+    batch = q.shape[:-2]
+    if None in batch or kt.shape[:-2] != batch or v.shape[:-2] != batch:
+        return (f"MatMul {qk.name!r}: q {dims(q)}, kᵀ {dims(kt)}, v {dims(v)} do not share their "
+                "batch and head dims (SDPA does not broadcast them)")
+    if q.shape[-1] is None or q.shape[-1] != kt.shape[-2] or kt.shape[-1] is None or kt.shape[-1] != v.shape[-2]:
+        return f"MatMul {qk.name!r}: q {dims(q)}, kᵀ {dims(kt)}, v {dims(v)}: head or key dims differ"
+    axis = attr_value(softmax, "axis")
+    if axis is None or axis % rank != rank - 1:
+        return f"Softmax {softmax.name!r}: axis={axis}, rule needs the last axis"
+    if scale_of(m) is None:
+        node = m.node("scale")
+        return (f"{node.op_type} {node.name!r}: the scale {m.scale.name!r} is not a nonzero "
+                "constant scalar (computed at run time?)")
+    scores = qk.outputs[0].shape
+    for name in ("scale", "mask", "keep", "fill"):
+        x = m.values.get(name)
+        if x is not None and not broadcasts_into(x, scores):
+            return (f"the {name} {x.name!r} {dims(x)} does not broadcast to the scores "
+                    f"{dims(qk.outputs[0])} without growing them")
+    if m.has("where"):
+        where, fill = m.node("where"), m.fill
+        if m.keep.dtype != DType.BOOL:
+            return f"Where {where.name!r}: its condition {m.keep.name!r} is not bool"
+        if fill.const is None or fill.const.size != 1 or float(fill.const.reshape(-1)[0]) != LOWEST:
+            value = "a computed value" if fill.const is None else np.array2string(fill.const.reshape(-1)[:3])
+            return (f"Where {where.name!r}: masked scores are set to {value}; the rule needs the "
+                    f"lowest float32 ({LOWEST:.8g}), for which adding equals replacing")
+    return None
+
+
+# ---- replacement ---------------------------------------------------------------------------
+
+def untransposed(op, kt: Value) -> Value:
+    """k from kᵀ: kᵀ with its last two axes swapped, composed into kᵀ's own Transpose if any."""
+    rank = len(kt.shape)
+    swap = [*range(rank - 2), rank - 1, rank - 2]
+    t = kt.producer
+    if t is None or t.op_type != "Transpose" or t.domain != "":
+        return op.Transpose(kt, perm=swap)
+    perm = attr_value(t, "perm")
+    perm = list(perm) if perm is not None else list(reversed(range(rank)))
+    composed = [perm[i] for i in swap]
+    return t.inputs[0] if composed == list(range(rank)) else op.Transpose(t.inputs[0], perm=composed)
+
+
+def replace(op, m):
+    mask = m.values.get("mask")
+    if m.has("where"):   # keep → 0 / lowest, joined with the additive mask
+        additive = op.Where(m.keep, op.constant(np.float32(0), "zero"), m.fill)
+        mask = additive if mask is None else op.Add(additive, mask)
+    return op.Attention(m.q, untransposed(op, m.kt), m.v, mask, scale=scale_of(m))
+
+
+RULES = [
+    Rule("AttentionFusionOp", 2,
+         "softmax(q·kᵀ·scale + mask)·v (BERT's, with a Div or Mul scale, additive mask or none) "
+         "→ one scaled_dot_product_attention",
+         [attention, attention_scale_by_mul, attention_unscaled], replace, check),
+    Rule("CausalAttentionFusionOp", 2,
+         "softmax(where(keep, q·kᵀ·scale, lowest) + mask)·v (GPT-2's causal form) → one "
+         "scaled_dot_product_attention, the keep mask made additive",
+         [causal_attention, causal_attention_scale_by_mul], replace, check),
+]

@@ -1,6 +1,238 @@
-"""conv rules (being written)."""
+"""Convolution and its epilogue: BatchNormalization, residual Add and activation, as one FusedConv.
+
+    FusedConv(x, W, B, z) = act(Conv(x, W) + B + z)
+
+BatchNormalization after a conv is folded into its weight and bias at compile time
+(W' = W·s, B' = (B − mean)·s + shift with s = scale/√(var + ε), in float64); the residual z and
+the activation become oneDNN post-ops of the one convolution call.
+
+The rules compose: ConvBNFusionOp and ConvFusionOp turn a Conv into a FusedConv, and the epilogue
+rules append a residual (ConvAddFusionOp) and then an activation (ConvActivationFusionOp) to a
+FusedConv that has none yet, so every chain Conv [+BN] [+Add] [+act] ends as one node. The two
+classic chains come first under their own names, so a report says "Conv+BatchNormalization+Relu
+matched 33 times" for ResNet-50: larger patterns before the smaller ones they contain.
+
+Plain Conv → FusedConv always, when the conv qualifies: it never loses (where oneDNN's per-call
+overhead would dominate, the kernel runs PyTorch's own conv, as Conv would), it wins on large convs
+(the weight prepacked once, the activations kept channels-last from conv to conv), and it gives
+the epilogue rules a FusedConv to append to.
+"""
 from __future__ import annotations
 
-from ..rule import Rule
+import numpy as np
 
-RULES: list[Rule] = []
+from ...ir import DType, Node, Value
+from ...ir.fused_ops import ACTIVATIONS, activation_attrs
+from ..pattern import Match, attr_value
+from ..rule import Rule, scalar
+
+FUSED = "autofusion"
+
+
+# ---- patterns: the convolution and what may follow it ---------------------------------------
+
+def conv_bn_relu(op, x, w, scale, shift, mean, var, b=None):
+    return op.Relu(conv_bn(op, x, w, scale, shift, mean, var, b), _name="act")
+
+
+def conv_bn(op, x, w, scale, shift, mean, var, b=None):
+    return op.BatchNormalization(op.Conv(x, w, b, _name="conv"), scale, shift, mean, var, _name="bn")
+
+
+def conv_add_relu(op, x, w, z, scale, shift, mean, var, b=None):
+    """relu(BN?(conv(x)) + z): the tail of a ResNet block, with or without a BatchNorm to fold."""
+    y = op.Optional.BatchNormalization(op.Conv(x, w, b, _name="conv"), scale, shift, mean, var, _name="bn")
+    return op.Relu(op.Add(y, z, _name="add"), _name="act")
+
+
+def conv(op, x, w, b=None):
+    return op.Conv(x, w, b, _name="conv")
+
+
+def open_fused_conv(op, *inputs):
+    """A FusedConv with no activation yet, so an epilogue can still be appended to it."""
+    return op.FusedConv(*inputs, _domain=FUSED, _name="conv", activation=lambda a: not a)
+
+
+def fused_conv_add(op, x, w, z, b=None):   # a FusedConv that has no residual yet
+    return op.Add(open_fused_conv(op, x, w, b), z, _name="add")
+
+
+def activation_after_conv(act_op: str, domain: str = ""):
+    """act(FusedConv(x, w, b, z)) for one activation op."""
+    def pattern(op, x, w, b=None, z=None):
+        return getattr(op, act_op)(open_fused_conv(op, x, w, b, z), _domain=domain, _name="act")
+    return pattern
+
+
+def fused_conv_clip(op, x, w, b=None, z=None, low=None, high=None):   # ReLU6 is Clip(0, 6)
+    return op.Clip(open_fused_conv(op, x, w, b, z), low, high, _name="act")
+
+
+ACTIVATION_PATTERNS = [
+    *(activation_after_conv(a) for a in ("Relu", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid",
+                                         "HardSwish", "Elu")),
+    fused_conv_clip,
+    activation_after_conv("Activation", FUSED),   # SiLU, hard-swish, … recognised by activation.py
+    activation_after_conv("Gelu", FUSED),
+]
+
+
+# ---- replacement ----------------------------------------------------------------------------
+
+def fused_conv_replace(op, m: Match) -> Value:
+    """One FusedConv for the matched chain; a FusedConv matched as its start keeps what it has."""
+    conv = m.node("conv")
+    if conv.op_type == "FusedConv":
+        attrs, (w, b) = dict(conv.attrs), (m.w, m.b)
+    else:
+        attrs = conv_geometry(conv)
+        w, b = fold_batch_norm(op, m) if m.has("bn") else (m.w, m.b)
+    if m.has("act"):
+        attrs.update(activation_of(m.node("act")))
+    return op.FusedConv(m.x, w, b, m.values.get("z"), **attrs)
+
+
+def conv_geometry(conv: Node) -> dict:
+    """strides, dilations, group and explicit pads (auto_pad resolved; check made sure it can be)."""
+    attrs = {k: conv.attrs[k] for k in ("dilations", "group", "strides") if k in conv.attrs}
+    attrs["pads"] = explicit_pads(conv)
+    return attrs
+
+
+def fold_batch_norm(op, m: Match) -> tuple[Value, Value]:
+    """W' = W·s and B' = (B − mean)·s + shift, s = scale/√(var + ε): computed in float64."""
+    f64 = lambda v: np.asarray(v.const, np.float64).reshape(-1)   # noqa: E731
+    w = np.asarray(m.w.const, np.float64)
+    s = f64(m.scale) / np.sqrt(f64(m.var) + attr_value(m.node("bn"), "epsilon"))
+    b = f64(m.b) if m.b is not None else 0.0
+    weight = (w * s.reshape(-1, *[1] * (w.ndim - 1))).astype(m.w.const.dtype)
+    bias = ((b - f64(m.mean)) * s + f64(m.shift)).astype(m.w.const.dtype)
+    return op.constant(weight, f"{m.w.name}_bn_folded"), op.constant(bias, f"{m.shift.name}_bn_folded")
+
+
+def activation_of(act: Node) -> dict:
+    """FusedConv's activation attributes for an activation node."""
+    if act.op == "autofusion::Activation":
+        return {"activation": act.attrs["activation"], "activation_params": act.attrs["activation_params"]}
+    if act.op == "autofusion::Gelu":
+        return activation_attrs("GeluTanh" if act.attr("approximate") == "tanh" else "Gelu")
+    if act.op_type == "Clip":
+        low, high = clip_bounds(act)
+        return activation_attrs("Clip", min=low, max=high)
+    defaults, _ = ACTIVATIONS[act.op_type]
+    return activation_attrs(act.op_type, **{k: attr_value(act, k) for k in defaults})
+
+
+def clip_bounds(clip: Node) -> tuple[float | None, float | None]:
+    """Clip's (min, max): from its inputs (opset ≥ 11) or attributes; ±inf when absent."""
+    if clip.graph.opset.get("", 21) < 11:
+        return attr_value(clip, "min"), attr_value(clip, "max")
+    low, high = (clip.input(i) for i in (1, 2))
+    return (-np.inf if low is None else scalar(low)), (np.inf if high is None else scalar(high))
+
+
+def explicit_pads(conv: Node) -> list[int] | None:
+    """The conv's pads [begins…, ends…], auto_pad resolved; None where that needs unknown sizes."""
+    nd = conv.inputs[1].rank - 2
+    auto_pad = attr_value(conv, "auto_pad") or "NOTSET"
+    if auto_pad == "NOTSET":
+        return list(conv.attr("pads") or [0] * 2 * nd)
+    if auto_pad == "VALID":
+        return [0] * 2 * nd
+    sizes = (conv.inputs[0].shape or [None] * (nd + 2))[2:]
+    if not all(isinstance(n, int) for n in sizes):
+        return None
+    kernel = conv.inputs[1].shape[2:]
+    strides = conv.attr("strides") or [1] * nd
+    dilations = conv.attr("dilations") or [1] * nd
+    totals = [max((-(-n // s) - 1) * s + (k - 1) * d + 1 - n, 0)   # output ceil(n / s)
+              for n, k, s, d in zip(sizes, kernel, strides, dilations)]
+    small, big = [t // 2 for t in totals], [t - t // 2 for t in totals]
+    return small + big if auto_pad == "SAME_UPPER" else big + small
+
+
+# ---- checks ---------------------------------------------------------------------------------
+
+def check_fusion(m: Match) -> str | None:
+    """Why the matched chain cannot become one FusedConv exactly, or None."""
+    conv = m.node("conv")
+    return ((conv.op_type == "Conv" and conv_problem(conv))
+            or (m.has("bn") and bn_problem(m.node("bn"), conv))
+            or (m.has("add") and residual_problem(m.node("add"), m))
+            or (m.has("act") and activation_problem(m.node("act")))
+            or None)
+
+
+def conv_problem(conv: Node) -> str | None:
+    where = f"Conv {conv.name!r}"
+    x, w, b = conv.inputs[0], conv.inputs[1], conv.input(2)
+    if x.dtype != DType.FLOAT:
+        return f"{where}: input is {x.dtype.name.lower() if x.dtype else 'of unknown type'}, " \
+               "FusedConv runs float32 only"
+    if w.const is None:
+        return f"{where}: weight {w.name!r} is not a constant; FusedConv prepacks it at build time"
+    if b is not None and b.const is None:
+        return f"{where}: bias {b.name!r} is not a constant; FusedConv bakes it in at build time"
+    if not 1 <= w.const.ndim - 2 <= 3:
+        return f"{where}: {w.const.ndim - 2}-D convolution; FusedConv runs 1-D to 3-D"
+    if explicit_pads(conv) is None:
+        return f"{where}: auto_pad={attr_value(conv, 'auto_pad')} needs static input sizes to fix its pads"
+    return None
+
+
+def bn_problem(bn: Node, conv: Node) -> str | None:
+    where = f"BatchNormalization {bn.name!r}"
+    if attr_value(bn, "training_mode") == 1 or len(bn.outputs) > 1:
+        return f"{where}: training_mode=1; folding needs the inference statistics"
+    if attr_value(bn, "spatial") == 0:
+        return f"{where}: spatial=0 (per-position statistics); folding needs per-channel ones"
+    channels = conv.inputs[1].shape[0]
+    for label, v in zip(("scale", "bias", "mean", "var"), bn.inputs[1:]):
+        if v.const is None:
+            return f"{where}: {label} {v.name!r} is not a constant; folding needs it at compile time"
+        if v.const.size != channels:
+            return f"{where}: {label} has {v.const.size} values for {channels} channels"
+    return None
+
+
+def residual_problem(add: Node, m: Match) -> str | None:
+    z, where = m.z, f"Add {add.name!r}"
+    if z.producer is not None and z.producer in m.matched_nodes:
+        return f"{where}: the residual is the convolution's own output"
+    y = next(v for v in add.inputs if v is not z)   # the convolution's side
+    if z.dtype != DType.FLOAT:
+        return f"{where}: residual {z.name!r} is not float32"
+    if y.shape is None or z.shape is None or list(y.shape) != list(z.shape):
+        return (f"{where}: residual {z.name!r} has shape {_shape(z)}, the convolution "
+                f"{_shape(y)}; FusedConv adds it without broadcasting")
+    return None
+
+
+def activation_problem(act: Node) -> str | None:
+    if act.op_type == "Clip" and None in clip_bounds(act):
+        return f"Clip {act.name!r}: its bounds are not constants"
+    return None
+
+
+def _shape(v: Value) -> str:
+    return "unknown" if v.shape is None else "[" + ",".join(map(str, v.shape)) + "]"
+
+
+RULES = [
+    Rule("ConvAddReluFusionOp", 2,
+         "Conv (+BatchNormalization) + Add(residual) + Relu → FusedConv: the ResNet block tail",
+         [conv_add_relu], fused_conv_replace, check_fusion),
+    Rule("ConvBNReluFusionOp", 1,
+         "Conv + BatchNormalization + Relu → FusedConv, BatchNorm folded into W and B",
+         [conv_bn_relu], fused_conv_replace, check_fusion),
+    Rule("ConvBNFusionOp", 1, "Conv + BatchNormalization → FusedConv, BatchNorm folded into W and B",
+         [conv_bn], fused_conv_replace, check_fusion),
+    Rule("ConvFusionOp", 1, "Conv → FusedConv: prepacked oneDNN weight, channels-last activations",
+         [conv], fused_conv_replace, check_fusion),
+    Rule("ConvAddFusionOp", 2, "FusedConv + Add(residual) → the residual as a FusedConv post-op",
+         [fused_conv_add], fused_conv_replace, check_fusion),
+    Rule("ConvActivationFusionOp", 1,
+         "FusedConv + Relu/Clip/LeakyRelu/Sigmoid/HardSwish/SiLU/… → the activation as a post-op",
+         ACTIVATION_PATTERNS, fused_conv_replace, check_fusion),
+]

@@ -7,7 +7,6 @@ where softmax rounds to 0). NLL of a plain Softmax is not a cross-entropy and is
 """
 from __future__ import annotations
 
-from ...ir import Node
 from ..pattern import attr_value
 from ..rule import Rule
 from .redundancy import describe

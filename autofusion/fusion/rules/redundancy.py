@@ -62,8 +62,8 @@ def reshape_target(m) -> list[int] | None:
     if attr_value(m.node("second"), "allowzero") or 0 not in target:
         return target
     mid = m.node("first").outputs[0].shape
-    if mid is None or len(mid) < len(target) or \
-            any(d == 0 and not isinstance(mid[i], int) for i, d in enumerate(target)):
+    if mid is None or any(d == 0 and (i >= len(mid) or not isinstance(mid[i], int))
+                          for i, d in enumerate(target)):
         return None
     return [mid[i] if d == 0 else d for i, d in enumerate(target)]
 
@@ -105,14 +105,15 @@ def cast_like(op, x, like):
 
 def no_op_check(m):
     node, x, y = m.node("noop"), m.x, m.root.outputs[0]
-    if any(o is y for o in node.graph.outputs):
-        return f"{describe(node)}: it names graph output {y.name!r}"
-    if node.op_type == "Dropout":
-        return dropout_reason(m)
     if node.op_type in ("Cast", "CastLike"):
         to = DType(node.attrs["to"]) if node.op_type == "Cast" else m.like.dtype
         if x.dtype is None or x.dtype != to:
-            return f"{describe(node)}: casts {x.dtype.name if x.dtype else 'an unknown type'} to {to.name}"
+            return f"{describe(node)}: casts {x.dtype.name if x.dtype else 'an unknown type'} to " \
+                   f"{to.name if to else 'an unknown type'}"
+    if node.op_type == "Dropout" and dropout_reason(m):
+        return dropout_reason(m)
+    if any(o is y for o in node.graph.outputs):   # removing it would need an Identity again
+        return f"{describe(node)}: it names graph output {y.name!r}"
     return None
 
 

@@ -42,12 +42,10 @@ IDS = [type(m).__name__ for _, m, _ in CASES]
 @pytest.mark.parametrize("rule, module, fused", CASES, ids=IDS)
 def test_chain_becomes_one_node(rule, module, fused):
     # opset 13: before HardSwish became an ONNX op, so exporters write it out
-    model = torch_model(torch.nn.Sequential(torch.nn.Linear(8, 8), module), (3, 8), opset=13)
+    model = torch_model(module, (3, 8), opset=13)
     graph, report = fuse(model, level=1)
     assert matched(report, rule) == 1
-    body = str(graph).splitlines()
-    assert [n.op for n in graph.nodes] == ["Gemm", body[-1].split(" = ")[1].split("[")[0]]
-    assert fused in body[-1]
+    assert len(graph) == 1 and fused in str(graph).splitlines()[-1]
 
 
 @pytest.mark.parametrize("rule, module, fused", CASES, ids=IDS)

@@ -1,0 +1,184 @@
+"""A run's results in three forms: JSON (everything), a markdown table, a PNG chart.
+
+The results dict (also the JSON):
+    machine:  cpu, cores, versions, date, command (machine.py)
+    settings: the run's settings (runner.Settings)
+    systems:  [{name, label, peer}] in column order
+    models:   {model: {status: ok|skipped|error, message?, onnx, export_s, inputs,
+                       systems: {system: {label, peer, status: ok|wrong|error|not run,
+                                          median_ms, p10_ms, p90_ms, runs, compile_s,
+                                          max_rel_diff, error, info}}}}
+Ratios are speedups (>1: level 2 is faster): "L2 vs L0" = L0 median / L2 median; "L2 vs best
+peer" = the fastest correct peer's median / L2 median.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+L0, L2 = "autofusion-L0", "autofusion-L2"
+
+
+# ---- ratios --------------------------------------------------------------------------------
+
+def _median(model: dict, system: str) -> float | None:
+    r = model.get("systems", {}).get(system)
+    return r["median_ms"] if r and r["status"] == "ok" else None
+
+
+def speedup_l2_vs_l0(model: dict) -> float | None:
+    l0, l2 = _median(model, L0), _median(model, L2)
+    return l0 / l2 if l0 and l2 else None
+
+
+def best_peer(model: dict) -> tuple[str, float] | None:
+    """(label, median ms) of the fastest peer whose outputs were right."""
+    timed = [(r["median_ms"], r["label"]) for r in model.get("systems", {}).values()
+             if r["peer"] and r["status"] == "ok"]
+    if not timed:
+        return None
+    ms, label = min(timed)
+    return label, ms
+
+
+def speedup_l2_vs_best_peer(model: dict) -> tuple[float, str] | None:
+    l2, peer = _median(model, L2), best_peer(model)
+    return (peer[1] / l2, peer[0]) if l2 and peer else None
+
+
+# ---- JSON ----------------------------------------------------------------------------------
+
+def _jsonable(x):
+    """inf/nan (e.g. a max rel diff against a NaN output) as strings: JSON has no such numbers."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return str(x)
+    if isinstance(x, dict):
+        return {k: _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    return x
+
+
+def write_json(results: dict, path: Path) -> None:
+    path.write_text(json.dumps(_jsonable(results), indent=2) + "\n")
+
+
+# ---- markdown ------------------------------------------------------------------------------
+
+def _cell(r: dict | None, value) -> str:
+    if r is None:
+        return "—"
+    if r["status"] == "ok":
+        return value(r)
+    if r["status"] == "wrong":
+        return f"wrong ({r['max_rel_diff']:.1e})"
+    return r["status"]
+
+
+def _table(results: dict, value, ratios: bool) -> list[str]:
+    systems = results["systems"]
+    header = ["model", *(s["label"] for s in systems)]
+    if ratios:
+        header += ["L2 vs L0", "L2 vs best peer"]
+    lines = ["| " + " | ".join(header) + " |",
+             "| --- |" + " ---: |" * (len(header) - 1)]
+    for name, model in results["models"].items():
+        if model["status"] != "ok":
+            row = [name, *([model["status"]] * len(systems))]
+            if ratios:
+                row += ["", ""]
+        else:
+            row = [name, *(_cell(model["systems"].get(s["name"]), value) for s in systems)]
+            if ratios:
+                vs_l0, vs_peer = speedup_l2_vs_l0(model), speedup_l2_vs_best_peer(model)
+                row += [f"{vs_l0:.2f}x" if vs_l0 else "—",
+                        f"{vs_peer[0]:.2f}x ({vs_peer[1]})" if vs_peer else "—"]
+        lines.append("| " + " | ".join(row) + " |")
+    return lines
+
+
+def markdown(results: dict) -> str:
+    m, s = results["machine"], results["settings"]
+    v = m["versions"]
+    commit = f" ({m['autofusion_commit']})" if m.get("autofusion_commit") else ""
+    lines = [
+        f"# autofusion benchmark — {m['date']}", "",
+        f"{m['cpu']}, {m['cores']} cores; {s['threads']} threads for every system; batch {s['batch']}; "
+        f"python {m['python']}, torch {v['torch']}, onnxruntime {v['onnxruntime']}, "
+        f"onnx {v['onnx']}, autofusion {v['autofusion']}{commit}.", "",
+        f"Median latency in ms of {s['rounds']} rounds x {s['block']} runs per system, systems "
+        f"alternating in blocks after {s['warmup']} warm-up runs each. Outputs checked against "
+        f"PyTorch eager first: \"wrong (d)\" = max|diff|/max|ref| = d > {s['tolerance']:g}, not "
+        f"timed. Ratios > 1: autofusion level 2 is faster.", "",
+        f"Command: `{m['command']}`", "",
+        *_table(results, lambda r: f"{r['median_ms']:.3g}", ratios=True), "",
+        "## Spread (p10–p90 ms)", "",
+        *_table(results, lambda r: f"{r['p10_ms']:.3g}–{r['p90_ms']:.3g}", ratios=False), "",
+        "## Compile / session-creation time (s)", "",
+        *_table(results, lambda r: f"{r['compile_s']:.2f}", ratios=False), "",
+    ]
+    problems = _problems(results)
+    if problems:
+        lines += ["## Problems", "", *problems, ""]
+    return "\n".join(lines)
+
+
+def _problems(results: dict) -> list[str]:
+    out = []
+    for name, model in results["models"].items():
+        if model["status"] != "ok":
+            out.append(f"- {name}: {model['status']}: {model.get('message', '')}")
+        for r in model.get("systems", {}).values():
+            if r["error"]:
+                out.append(f"- {name} / {r['label']}: {r['status']}: {r['error']}")
+    return out
+
+
+# ---- chart ---------------------------------------------------------------------------------
+
+def write_chart(results: dict, path: Path) -> bool:
+    """Latency per model per system (log scale, p10–p90 whiskers) and the speedup of level 2
+    over level 0. False when matplotlib is not installed."""
+    try:
+        import matplotlib
+    except ImportError:
+        return False
+    matplotlib.use("Agg")       # files only, never a window
+    import matplotlib.pyplot as plt
+
+    models = [n for n, m in results["models"].items() if m["status"] == "ok"]
+    systems = results["systems"]
+    fig, (lat, spd) = plt.subplots(1, 2, figsize=(max(10, 2.2 * len(models) + 6), 5),
+                                   gridspec_kw={"width_ratios": [3, 1]})
+    width = 0.8 / max(len(systems), 1)
+    for i, s in enumerate(systems):
+        xs, ys, lo, hi = [], [], [], []
+        for j, name in enumerate(models):
+            r = results["models"][name]["systems"].get(s["name"])
+            if r and r["status"] == "ok":
+                xs.append(j + (i - (len(systems) - 1) / 2) * width)
+                ys.append(r["median_ms"])
+                lo.append(r["median_ms"] - r["p10_ms"])
+                hi.append(r["p90_ms"] - r["median_ms"])
+        lat.bar(xs, ys, width, yerr=[lo, hi], label=s["label"], capsize=1.5,
+                hatch="" if s["peer"] else "//", edgecolor="black", linewidth=0.3)
+    lat.set_yscale("log")
+    lat.set_xticks(range(len(models)), models, rotation=20, ha="right")
+    lat.set_ylabel("median latency, ms (log; whiskers p10–p90)")
+    lat.set_title("Latency per model and system")
+    lat.legend(fontsize=7, ncol=2)
+
+    speedups = [speedup_l2_vs_l0(results["models"][n]) for n in models]
+    spd.bar(range(len(models)), [x or 0 for x in speedups], color="tab:green")
+    spd.axhline(1.0, color="black", linestyle="--", linewidth=0.8)
+    for j, x in enumerate(speedups):
+        if x:
+            spd.text(j, x, f"{x:.2f}x", ha="center", va="bottom", fontsize=8)
+    spd.set_xticks(range(len(models)), models, rotation=20, ha="right")
+    spd.set_ylabel("L0 median / L2 median")
+    spd.set_title("Speedup of level 2 over level 0")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True

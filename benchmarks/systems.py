@@ -1,0 +1,193 @@
+"""The systems compared: one small class per system, each with load(), compile() and run().
+
+    load()     untimed: bring the model into memory in the form the system starts from
+               (a freshly built nn.Module for the PyTorch systems; nothing for the ONNX ones,
+               which start from the file)
+    compile()  timed, reported as compile/session-creation time: everything from that starting
+               point until the system can run (for torch.compile this includes the first call,
+               because that is when Inductor compiles)
+    run()      one inference on the bound example inputs; returns the outputs in the system's
+               own array type, converted only when checked (never inside the timed loop)
+
+Every ONNX-consuming system reads the same exported file. Threads: the runner sets
+torch.set_num_threads once for the process (PyTorch eager, Inductor's kernels and autofusion's
+PyTorch kernels all use it); ONNX Runtime gets the same count through its session options.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+
+@dataclass
+class ModelCase:
+    """One model as every system sees it."""
+    name: str
+    onnx_path: str
+    inputs: dict[str, torch.Tensor]        # named example inputs, in the forward's order
+    build: Callable[[], nn.Module]         # a fresh eval-mode module with the same weights
+    threads: int
+
+    def numpy_inputs(self) -> dict[str, np.ndarray]:
+        return {k: v.numpy() for k, v in self.inputs.items()}
+
+
+class System:
+    name = ""      # key in the JSON
+    label = ""     # column header in the table
+    peer = True    # a system a user would pick instead of autofusion
+
+    def load(self, case: ModelCase) -> None:
+        self.case = case
+
+    def compile(self) -> None:
+        raise NotImplementedError
+
+    def run(self):
+        raise NotImplementedError
+
+    def info(self) -> dict:
+        """Facts worth keeping in the JSON besides timings (e.g. operator counts)."""
+        return {}
+
+
+# ---- autofusion ----------------------------------------------------------------------------
+
+class Autofusion(System):
+    peer = False
+
+    def __init__(self, level: int):
+        self.level = level
+        self.name = f"autofusion-L{level}"
+        self.label = f"autofusion L{level}"
+
+    def compile(self) -> None:
+        import autofusion
+        self.model = autofusion.compile(self.case.onnx_path, level=self.level)
+        # torch tensors in, torch tensors out: the zero-conversion path of CompiledModel
+        self.feeds = {n: self.case.inputs[n] for n in self.model.input_names}
+
+    def run(self):
+        return self.model(**self.feeds)
+
+    def info(self) -> dict:
+        report = self.model.report
+        return {"ops_before": report.ops_before, "ops_after": report.ops_after}
+
+
+# ---- ONNX Runtime --------------------------------------------------------------------------
+
+class OnnxRuntime(System):
+    def __init__(self, optimization: str):
+        self.optimization = optimization     # "ORT_DISABLE_ALL" or "ORT_ENABLE_ALL"
+        on = optimization == "ORT_ENABLE_ALL"
+        self.name = "ort-enable-all" if on else "ort-disable-all"
+        self.label = "ORT opt all" if on else "ORT opt off"
+
+    def compile(self) -> None:
+        import onnxruntime as ort
+        options = ort.SessionOptions()
+        options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, self.optimization)
+        # the same cores as everyone else: one intra-op pool, nodes run one after another
+        options.intra_op_num_threads = self.case.threads
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        self.session = ort.InferenceSession(self.case.onnx_path, options,
+                                            providers=["CPUExecutionProvider"])
+        feeds = self.case.numpy_inputs()
+        self.feeds = {i.name: feeds[i.name] for i in self.session.get_inputs()}
+
+    def run(self):
+        return self.session.run(None, self.feeds)
+
+
+# ---- PyTorch -------------------------------------------------------------------------------
+
+class TorchEager(System):
+    name = "torch-eager"
+    label = "PyTorch eager"
+
+    def load(self, case: ModelCase) -> None:
+        super().load(case)
+        self.module = case.build()
+        self.args = tuple(case.inputs.values())
+
+    def compile(self) -> None:
+        pass
+
+    def run(self):
+        with torch.inference_mode():
+            return self.module(*self.args)
+
+
+class Inductor(TorchEager):
+    """torch.compile with the Inductor backend, with or without freezing.
+
+    Freezing (weights turned into constants, so Inductor can fold BatchNorm into Conv and
+    pre-pack weights for oneDNN) is switched on only by the global
+    `torch._inductor.config.freezing = True`: `torch.compile(options={"freezing": True})`
+    silently does not freeze. The flag is read when Inductor compiles, i.e. at the first call,
+    so it is set around that call and restored after, leaving other systems unaffected. Each
+    Inductor system compiles its own module instance, so the two never share a compiled graph.
+    """
+
+    def __init__(self, freezing: bool):
+        self.freezing = freezing
+        self.name = "inductor-freezing" if freezing else "inductor"
+        self.label = "Inductor+freezing" if freezing else "Inductor"
+
+    def compile(self) -> None:
+        import torch._inductor.config as inductor_config
+        compiled = torch.compile(self.module, backend="inductor")
+        previous = inductor_config.freezing
+        inductor_config.freezing = self.freezing
+        try:
+            with torch.inference_mode():
+                compiled(*self.args)
+        finally:
+            inductor_config.freezing = previous
+        self.module = compiled
+
+
+def all_systems() -> list[System]:
+    """Fresh instances of every system, in table-column order: ours first, then the peers."""
+    return [Autofusion(0), Autofusion(1), Autofusion(2),
+            OnnxRuntime("ORT_DISABLE_ALL"), OnnxRuntime("ORT_ENABLE_ALL"),
+            TorchEager(), Inductor(freezing=False), Inductor(freezing=True)]
+
+
+SYSTEM_NAMES = [s.name for s in all_systems()]
+REFERENCE = TorchEager.name     # every system's outputs are checked against this one
+
+
+def as_arrays(outputs) -> list[np.ndarray]:
+    """A system's outputs (one array or tensor, or a sequence of them) as float64 numpy arrays."""
+    if isinstance(outputs, (torch.Tensor, np.ndarray)):
+        outputs = [outputs]
+    arrays = []
+    for o in outputs:
+        a = o.detach().cpu().numpy() if isinstance(o, torch.Tensor) else np.asarray(o)
+        arrays.append(a.astype(np.float64))
+    return arrays
+
+
+def max_rel_diff(outputs: Sequence[np.ndarray], reference: Sequence[np.ndarray]) -> float:
+    """max over outputs of max|out - ref| / max|ref|: one number, relative to each output's own
+    scale. inf for a missing output, a shape mismatch, or a NaN where the reference has none."""
+    if len(outputs) != len(reference):
+        return float("inf")
+    worst = 0.0
+    for out, ref in zip(outputs, reference):
+        if out.shape != ref.shape or (np.isnan(out) != np.isnan(ref)).any():
+            return float("inf")
+        valid = ~np.isnan(ref)
+        if not valid.any():
+            continue
+        diff = float(np.abs(out[valid] - ref[valid]).max())
+        scale = max(float(np.abs(ref[valid]).max()), 1e-30)
+        worst = max(worst, diff / scale)
+    return worst
