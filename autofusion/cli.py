@@ -85,6 +85,10 @@ def cmd_run(args) -> int:
 def cmd_compile(args) -> int:
     import autofusion
     model = autofusion.compile(args.model, level=args.level, disable=args.disable)
+    if args.measure:
+        from .measure import measure_speedup
+        feeds = random_inputs(model.graph, _parse_dims(args.dim), args.seed)
+        model.report.measured = measure_speedup(autofusion.compile(args.model, level=0), model, feeds)
     print(model.report.text())
     if args.output:
         autofusion.export_onnx(model.graph, args.output)
@@ -177,6 +181,11 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("model", type=Path)
     comp.add_argument("-o", "--output", type=Path, help="write the fused model as ONNX")
     comp.add_argument("--report", type=Path, help="write the fusion report as JSON")
+    comp.add_argument("--measure", action="store_true",
+                      help="also time the fused model against level 0 on random inputs")
+    comp.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE",
+                      help="size of a symbolic dimension for --measure (default 1)")
+    comp.add_argument("--seed", type=int, default=0)
     _fusion_flags(comp)
     comp.set_defaults(fn=cmd_compile)
 

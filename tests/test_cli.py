@@ -87,3 +87,9 @@ def test_rules_lists_name_level_description(capsys):
     assert main(["rules"]) == 0
     out = capsys.readouterr().out
     assert re.search(r"SiLUFusionOp\s+1\s+x·sigmoid\(x\) → one SiLU kernel", out)
+
+
+def test_compile_measure_adds_a_measured_line(capsys):
+    assert main(["compile", str(EXAMPLE), "--measure"]) == 0
+    assert re.search(r"Measured speedup: \S+x \(\S+ ms -> \S+ ms, median of \d+ runs\)",
+                     capsys.readouterr().out)
