@@ -155,6 +155,15 @@ def cmd_info(args) -> int:
     return 0
 
 
+def cmd_bench(args) -> int:
+    try:
+        from benchmarks.cli import main as bench_main
+    except ImportError as e:
+        raise AutofusionError(f"the benchmarks package is not importable ({e}); it ships with the "
+                              "source checkout: pip install -e '.[bench]'") from None
+    return bench_main(args.args)
+
+
 def _fusion_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--level", type=int, choices=(0, 1, 2), default=None,
                    help="fusion level: 0 none, 1 basic, 2 all (default: $AUTOFUSION_LEVEL or 2)")
@@ -195,6 +204,15 @@ def build_parser() -> argparse.ArgumentParser:
     info = sub.add_parser("info", help="inputs, outputs, operator histogram, unsupported ops")
     info.add_argument("model", type=Path)
     info.set_defaults(fn=cmd_info)
+
+    # Every argument after `bench` goes to the benchmarks' own parser (`autofusion bench --help`
+    # shows its options). prefix_chars="+" keeps this subparser from reading "--quick" etc. as
+    # options of its own: argparse's REMAINDER does not capture a leading "--option".
+    bench = sub.add_parser("bench", add_help=False, prefix_chars="+",
+                           help="benchmark autofusion against ONNX Runtime, PyTorch eager and "
+                                "torch.compile (see BENCHMARKS.md); --quick for a smoke run")
+    bench.add_argument("args", nargs=argparse.REMAINDER)
+    bench.set_defaults(fn=cmd_bench)
     return p
 
 

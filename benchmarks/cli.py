@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import shlex
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -30,8 +31,8 @@ QUICK_MODEL = "tiny_resnet"
 DEFAULTS = {"rounds": (10, 3), "block": (10, 5), "warmup": (5, 2)}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="autofusion bench", description=__doc__,
+def build_parser(prog: str = "autofusion bench") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", metavar="A,B",
                    help=f"models to run (default: {','.join(ZOO)}; also: {QUICK_MODEL})")
@@ -95,9 +96,9 @@ def pin_threads(threads: int) -> None:
         pass
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = "autofusion bench") -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
+    parser = build_parser(prog)
     args = parser.parse_args(argv)
     if args.list:
         print("models:  " + ", ".join(models.MODELS))
@@ -110,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
 
     progress = Progress()
     results = {
-        "machine": machine_info(argv),
+        "machine": machine_info(shlex.join([prog, *argv])),
         "settings": asdict(settings),
         "systems": [{"name": s.name, "label": s.label, "peer": s.peer}
                     for s in all_systems() if s.name in settings.systems],

@@ -5,9 +5,7 @@ import datetime
 import importlib.metadata
 import os
 import platform
-import shlex
 import subprocess
-import sys
 from pathlib import Path
 
 PACKAGES = ("torch", "onnxruntime", "onnx", "numpy", "autofusion", "torchvision", "transformers")
@@ -51,7 +49,7 @@ def _git_commit() -> str | None:
     return out.stdout.strip() or None
 
 
-def machine_info(argv: list[str]) -> dict:
+def machine_info(command: str) -> dict:
     return {
         "cpu": cpu_model(),
         "cores": usable_cores(),
@@ -61,5 +59,5 @@ def machine_info(argv: list[str]) -> dict:
         "versions": {p: _version(p) for p in PACKAGES},
         "autofusion_commit": _git_commit(),
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "command": shlex.join([Path(sys.argv[0]).name, *argv]),
+        "command": command,
     }

@@ -129,10 +129,15 @@ class Inductor(TorchEager):
 
     Freezing (weights turned into constants, so Inductor can fold BatchNorm into Conv and
     pre-pack weights for oneDNN) is switched on only by the global
-    `torch._inductor.config.freezing = True`: `torch.compile(options={"freezing": True})`
+    `torch._inductor.config.freezing = True`: `torch.compile(options={"freezing": True})` alone
     silently does not freeze. The flag is read when Inductor compiles, i.e. at the first call,
-    so it is set around that call and restored after, leaving other systems unaffected. Each
-    Inductor system compiles its own module instance, so the two never share a compiled graph.
+    so it is set around that call and restored after, leaving the other systems unaffected.
+
+    Each Inductor system compiles its own module instance, and the freezing one also passes
+    the option: Dynamo reuses compiled code across instances of the same architecture when
+    the backends compare equal, and two plain torch.compile() calls do, so without the option
+    the frozen system would silently run the unfrozen system's code. compile() checks that it
+    really produced a new graph.
     """
 
     def __init__(self, freezing: bool):
@@ -142,7 +147,10 @@ class Inductor(TorchEager):
 
     def compile(self) -> None:
         import torch._inductor.config as inductor_config
-        compiled = torch.compile(self.module, backend="inductor")
+        from torch._dynamo.utils import counters
+        graphs_before = counters["stats"]["unique_graphs"]
+        compiled = torch.compile(self.module, backend="inductor",
+                                 options={"freezing": True} if self.freezing else None)
         previous = inductor_config.freezing
         inductor_config.freezing = self.freezing
         try:
@@ -150,7 +158,13 @@ class Inductor(TorchEager):
                 compiled(*self.args)
         finally:
             inductor_config.freezing = previous
+        self.graphs = counters["stats"]["unique_graphs"] - graphs_before
+        if self.graphs == 0:
+            raise RuntimeError("torch.compile reused another system's compiled code")
         self.module = compiled
+
+    def info(self) -> dict:
+        return {"graphs_compiled": self.graphs}
 
 
 def all_systems() -> list[System]:

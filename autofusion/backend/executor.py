@@ -39,6 +39,7 @@ class Program:
         filename = f"<autofusion:{graph.name}:{id(self)}>"
         linecache.cache[filename] = (len(self.source), None, self.source.splitlines(True), filename)
         exec(compile(self.source, filename, "exec"), namespace)
+        self.constant_storages = {_storage(t) for t in namespace.values() if isinstance(t, torch.Tensor)}
         self.fn: Callable[..., tuple] = namespace["run"]
         self.filename = filename
 
@@ -175,8 +176,10 @@ class CompiledModel:
         self._check_symbolic_dims(tensors)
         with torch.inference_mode():
             outs = self.program(*tensors)
-        # an output that is one of the caller's inputs (through Identity) is returned as a copy
-        outs = [o.clone() if any(o is t for t in tensors) else o for o in outs]
+        # an output sharing memory with a caller's input or a constant (Identity, a reshape or
+        # slice view) is returned as a copy, so writing to it cannot change either
+        shared = self.program.constant_storages | {_storage(t) for t in tensors}
+        outs = [o.clone() if _storage(o) in shared else o for o in outs]
         if as_numpy:
             return [_to_numpy(t) for t in outs], True
         return list(outs), False
@@ -212,6 +215,10 @@ class CompiledModel:
                         raise InputError(f"input {v.name!r}: dimension {axis} ({d!r}) is {size}, "
                                          f"but {seen[d][1]} gave {d!r} = {seen[d][0]}")
                     seen.setdefault(d, (size, repr(v.name)))
+
+
+def _storage(t: torch.Tensor) -> int:
+    return t.untyped_storage().data_ptr()
 
 
 def _to_numpy(t: torch.Tensor) -> np.ndarray:

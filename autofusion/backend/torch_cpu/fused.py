@@ -152,7 +152,10 @@ def _onednn_conv(weight, bias, in_size, strides, padding, dilations, group, act,
 
 
 def _torch_conv(weight, bias, strides, padding, dilations, group, act, residual) -> Kernel:
-    conv = _TORCH_CONV[weight.dim() - 2]
+    nd = weight.dim() - 2
+    conv = _TORCH_CONV[nd]
+    if nd > 1:   # channels-last like the activations, or PyTorch converts the weight every call
+        weight = weight.contiguous(memory_format=torch.channels_last_3d if nd == 3 else torch.channels_last)
     if residual:
         def run(x, z):
             return conv(x, weight, bias, strides, padding, dilations, group).add_(z)

@@ -1,0 +1,41 @@
+"""The executor: generated straight-line code, memory safety of outputs, returned kinds."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from onnx import TensorProto, helper, numpy_helper
+
+import autofusion
+
+from ..helpers import conv_relu_model
+
+
+def test_generated_code_is_straight_line_with_early_frees():
+    src = autofusion.compile(conv_relu_model(), level=0).source
+    assert src.splitlines() == ["def run(in0):", "    v0 = k0(in0, c0, c1)", "    v1 = k1(v0)",
+                                "    v2 = k2(v1, v0)", "    del v0, v1", "    return (v2, )"]
+
+
+def test_outputs_never_alias_inputs_or_constants():
+    g = helper.make_graph(
+        [helper.make_node("Reshape", ["c", "s"], ["y"]), helper.make_node("Reshape", ["x", "s"], ["z"]),
+         helper.make_node("Identity", ["x"], ["w"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in "yzw"],
+        [numpy_helper.from_array(np.ones((2, 2), np.float32), "c"),
+         numpy_helper.from_array(np.array([4], np.int64), "s")])
+    model = autofusion.compile(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), level=0)
+    x = np.zeros((2, 2), np.float32)
+    for out in model(x):
+        out[...] = 5
+    np.testing.assert_array_equal(x, 0)
+    np.testing.assert_array_equal(model(x)[0], 1)
+
+
+def test_numpy_in_numpy_out_torch_in_torch_out():
+    model = autofusion.compile(conv_relu_model(), level=0)
+    x = np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    assert isinstance(model(x), np.ndarray)
+    out = model(torch.from_numpy(x))
+    assert isinstance(out, torch.Tensor)
+    np.testing.assert_array_equal(out.numpy(), model(x))

@@ -1,0 +1,157 @@
+"""Clean-up passes: constant folding, static-shape folding, common subexpressions, dead code.
+
+Each: the graph before/after (golden text or op lists), the count the pass returns, and a
+numerical check that the cleaned graph computes what the original does."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper
+
+import autofusion
+from autofusion.backend import evaluate_node
+from autofusion.frontend import import_onnx
+from autofusion.passes import cleanup
+from autofusion.passes import (eliminate_common_subexpressions, eliminate_dead_code, fold_constants,
+                               fold_static_shapes)
+
+from ..fusion.rules.harness import onnx_model
+
+
+def node(op, ins, outs, **attrs):
+    return helper.make_node(op, ins, outs, name=outs[0], **attrs)
+
+
+def assert_same_as_original(model: onnx.ModelProto, graph) -> None:
+    """The cleaned graph gives the original model's outputs, exactly, on random inputs."""
+    graph.verify()
+    original, cleaned = autofusion.compile(model, level=0), autofusion.compile(graph, level=0)
+    for seed in (0, 1):
+        rng = np.random.default_rng(seed)
+        feeds = {v.name: rng.standard_normal([d if isinstance(d, int) else 3 for d in v.shape])
+                 .astype(np.float32) for v in original.graph.inputs}
+        want, got = original.run(feeds), cleaned.run(feeds)
+        assert want.keys() == got.keys()
+        for name in want:
+            np.testing.assert_array_equal(got[name], want[name])
+
+
+# ---- constant folding ------------------------------------------------------------------------
+
+def folding_model():
+    """y = x · (k1 + k2)ᵀ, with the constant part computed by nodes."""
+    nodes = [node("Add", ["k1", "k2"], ["k"]), node("Transpose", ["k"], ["kt"]),
+             node("MatMul", ["x", "kt"], ["y"])]
+    rng = np.random.default_rng(0)
+    return onnx_model(nodes, {"x": (2, 3)}, ["y"], {"k1": rng.standard_normal((4, 3)).astype(np.float32),
+                                                     "k2": rng.standard_normal((4, 3)).astype(np.float32)})
+
+
+def test_constant_subgraph_folds_to_one_constant():
+    model = folding_model()
+    graph = import_onnx(model)
+    assert fold_constants(graph, evaluate_node) == 2
+    eliminate_dead_code(graph)
+    assert str(graph) == ("graph test(x: float[2,3]) -> (y: float[2,4])\n"
+                          "  const kt_folded: float[3,4]\n"
+                          "  y: float[2,4] = MatMul(x, kt_folded)")
+    k1, k2 = (onnx.numpy_helper.to_array(t) for t in model.graph.initializer)
+    np.testing.assert_array_equal(graph.constants["kt_folded"].const, (k1 + k2).T)
+    assert_same_as_original(model, graph)
+
+
+def test_a_graph_output_is_not_folded_away():
+    model = onnx_model([node("Neg", ["k"], ["y"]), node("Relu", ["x"], ["z"])], {"x": (2,)}, ["y", "z"],
+                       {"k": np.float32([1, -2])})
+    graph = import_onnx(model)
+    assert fold_constants(graph, evaluate_node) == 0
+    assert [n.op for n in graph.nodes] == ["Neg", "Relu"]
+
+
+def test_folding_stops_at_the_size_limit(monkeypatch):
+    monkeypatch.setattr(cleanup, "MAX_FOLDED_BYTES", 8)   # the 4x3 float result is 48 bytes
+    graph = import_onnx(folding_model())
+    assert fold_constants(graph, evaluate_node) == 0
+    assert [n.op for n in graph.nodes] == ["Add", "Transpose", "MatMul"]
+
+
+# ---- static shapes ---------------------------------------------------------------------------
+
+def test_shape_of_a_static_value_becomes_a_constant():
+    nodes = [node("Shape", ["x"], ["s"], start=1), node("Reshape", ["z", "s"], ["y"])]
+    model = onnx_model(nodes, {"x": (2, 3, 4), "z": (12,)}, ["y"])
+    graph = import_onnx(model)
+    assert fold_static_shapes(graph) == 1
+    assert eliminate_dead_code(graph) == 0
+    [reshape] = graph.nodes
+    assert reshape.inputs[1].const.tolist() == [3, 4]
+    assert_same_as_original(model, graph)
+
+
+def test_shape_of_a_symbolic_value_stays():
+    nodes = [node("Shape", ["x"], ["s"]), node("Cast", ["s"], ["y"], to=1)]
+    graph = import_onnx(onnx_model(nodes, {"x": ("n", 3)}, ["y"]))
+    assert fold_static_shapes(graph) == 0 and len(graph) == 2
+
+
+# ---- common subexpressions --------------------------------------------------------------------
+
+def test_duplicates_merge_but_different_attributes_do_not():
+    nodes = [node("Softmax", ["x"], ["a"], axis=1), node("Softmax", ["x"], ["b"], axis=1),
+             node("Softmax", ["x"], ["c"], axis=0), node("Add", ["a", "b"], ["ab"]),
+             node("Add", ["ab", "c"], ["y"])]
+    model = onnx_model(nodes, {"x": (3, 4)}, ["y"])
+    graph = import_onnx(model)
+    assert eliminate_common_subexpressions(graph) == 1
+    assert str(graph).splitlines()[1:] == [
+        "  a: float[3,4] = Softmax[axis=1](x)",
+        "  c: float[3,4] = Softmax[axis=0](x)",
+        "  ab: float[3,4] = Add(a, a)",
+        "  y: float[3,4] = Add(ab, c)"]
+    assert_same_as_original(model, graph)
+
+
+def test_merging_cascades_through_users():
+    """Once the two Relus are one, the two Negs of them are duplicates too."""
+    nodes = [node("Relu", ["x"], ["a"]), node("Relu", ["x"], ["b"]), node("Neg", ["a"], ["na"]),
+             node("Neg", ["b"], ["nb"]), node("Mul", ["na", "nb"], ["y"])]
+    model = onnx_model(nodes, {"x": (5,)}, ["y"])
+    graph = import_onnx(model)
+    assert eliminate_common_subexpressions(graph) == 2
+    assert [n.op for n in graph.nodes] == ["Relu", "Neg", "Mul"]
+    assert_same_as_original(model, graph)
+
+
+def test_a_duplicate_graph_output_keeps_its_name():
+    model = onnx_model([node("Relu", ["x"], ["y"]), node("Relu", ["x"], ["z"])], {"x": (5,)}, ["y", "z"])
+    graph = import_onnx(model)
+    assert eliminate_common_subexpressions(graph) == 0
+    assert [v.name for v in graph.outputs] == ["y", "z"]
+
+
+# ---- dead code ------------------------------------------------------------------------------
+
+def test_dead_nodes_and_unused_constants_are_removed():
+    nodes = [node("Relu", ["x"], ["y"]), node("Neg", ["x"], ["dead1"]), node("Mul", ["dead1", "k"], ["dead2"])]
+    model = onnx_model(nodes, {"x": (2, 3)}, ["y"], {"k": np.float32(2), "unused": np.float32(3)})
+    graph = import_onnx(model)
+    assert eliminate_dead_code(graph) == 4   # two nodes, then k and unused
+    assert str(graph) == ("graph test(x: float[2,3]) -> (y: float[2,3])\n"
+                          "  y: float[2,3] = Relu(x)")
+    assert_same_as_original(model, graph)
+
+
+def test_a_node_with_one_live_output_stays():
+    nodes = [helper.make_node("Split", ["x"], ["a", "b"], axis=0, num_outputs=2, name="split"),
+             node("Relu", ["a"], ["y"])]
+    graph = import_onnx(onnx_model(nodes, {"x": (4,)}, ["y"], opset=18))
+    assert eliminate_dead_code(graph) == 0 and len(graph) == 2
+
+
+def test_the_pipeline_cleans_to_a_fixed_point():
+    """Folding exposes dead constants and duplicates; level 1 runs the passes until none changes."""
+    model = folding_model()
+    compiled = autofusion.compile(model, level=1)
+    assert [n.op for n in compiled.graph.nodes] == ["MatMul"]
+    assert compiled.report.passes["constants folded"] == 2
+    assert_same_as_original(model, compiled.graph)
