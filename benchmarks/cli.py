@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None, prog: str = "autofusion bench") -> int:
 
     progress = Progress()
     results = {
-        "machine": machine_info(shlex.join([prog, *argv])),
+        "machine": machine_info(" ".join([prog, shlex.join(argv)]).strip()),
         "settings": asdict(settings),
         "systems": [{"name": s.name, "label": s.label, "peer": s.peer}
                     for s in all_systems() if s.name in settings.systems],

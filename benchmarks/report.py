@@ -149,7 +149,7 @@ def write_chart(results: dict, path: Path) -> bool:
 
     models = [n for n, m in results["models"].items() if m["status"] == "ok"]
     systems = results["systems"]
-    fig, (lat, spd) = plt.subplots(1, 2, figsize=(max(10, 2.2 * len(models) + 6), 5),
+    fig, (lat, spd) = plt.subplots(1, 2, figsize=(max(10, 1.6 * len(models) + 6), 6),
                                    gridspec_kw={"width_ratios": [3, 1]})
     width = 0.8 / max(len(systems), 1)
     for i, s in enumerate(systems):
@@ -162,12 +162,12 @@ def write_chart(results: dict, path: Path) -> bool:
                 lo.append(r["median_ms"] - r["p10_ms"])
                 hi.append(r["p90_ms"] - r["median_ms"])
         lat.bar(xs, ys, width, yerr=[lo, hi], label=s["label"], capsize=1.5,
+                error_kw={"elinewidth": 0.7, "ecolor": "dimgray"},
                 hatch="" if s["peer"] else "//", edgecolor="black", linewidth=0.3)
     lat.set_yscale("log")
     lat.set_xticks(range(len(models)), models, rotation=20, ha="right")
     lat.set_ylabel("median latency, ms (log; whiskers p10–p90)")
-    lat.set_title("Latency per model and system")
-    lat.legend(fontsize=7, ncol=2)
+    lat.set_title("Latency per model and system (hatched: autofusion)")
 
     speedups = [speedup_l2_vs_l0(results["models"][n]) for n in models]
     spd.bar(range(len(models)), [x or 0 for x in speedups], color="tab:green")
@@ -177,8 +177,11 @@ def write_chart(results: dict, path: Path) -> bool:
             spd.text(j, x, f"{x:.2f}x", ha="center", va="bottom", fontsize=8)
     spd.set_xticks(range(len(models)), models, rotation=20, ha="right")
     spd.set_ylabel("L0 median / L2 median")
-    spd.set_title("Speedup of level 2 over level 0")
-    fig.tight_layout()
+    spd.set_title("Speedup, level 2 over 0")
+    # the legend below both panels, where it cannot cover a bar
+    fig.legend(*lat.get_legend_handles_labels(), loc="lower center", fontsize=8,
+               ncol=min(len(systems), 4))
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return True

@@ -113,6 +113,8 @@ def benchmark_model(name: str, settings: Settings, progress: Progress) -> dict:
             continue
         ready[system.name] = system
 
+    progress.step(f"{name}: timing {len(ready)} systems, {settings.rounds} rounds x "
+                  f"{settings.block} runs")
     timings = timing.time_in_blocks(
         {n: s.run for n, s in ready.items()}, rounds=settings.rounds, block=settings.block,
         warmup=settings.warmup, pause_s=settings.pause_s, describe_error=short_error,

@@ -16,9 +16,9 @@ import torch
 import torch.nn.functional as F
 
 from ...errors import KernelBuildError
-from ...ir import Node
+from ...ir import DType, Node
 from ...ir.fused_ops import ACTIVATIONS
-from .common import Kernel, const_input, kernel
+from .common import Kernel, const_input, kernel, torch_dtype
 
 FUSED = "autofusion::"
 
@@ -75,20 +75,20 @@ def onednn_post_op(node: Node) -> tuple[str, list, str] | None:
 # build time, the activations channels-last (the output too, so a chain of FusedConvs never
 # changes layout), bias, residual and activation as post-ops. A oneDNN call costs ~25 µs however
 # small the conv, while PyTorch runs a small dense conv as one plain GEMM in 5-10 µs: those run on
-# PyTorch's conv (see onednn_pays; measured on this project's 2-core hosts, batch 1).
+# PyTorch's conv (see conv_onednn_pays; measured on this project's 2-core hosts, batch 1).
 
-ONEDNN_MIN_MACS = 1 << 21   # multiply-adds per image from which oneDNN's call overhead is repaid
+CONV_ONEDNN_MIN_MACS = 1 << 21   # multiply-adds per image from which oneDNN's call overhead is repaid
 _TORCH_CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 
 
-def onednn_pays(w_shape: tuple[int, ...], group: int, out_spatial: list[int]) -> bool:
+def conv_onednn_pays(w_shape: tuple[int, ...], group: int, out_spatial: list[int]) -> bool:
     """Whether oneDNN beats PyTorch's conv: grouped and depthwise convs (PyTorch calls oneDNN there
     too, without prepacking), window convs with long reductions (PyTorch's im2col is slow there),
-    and every conv of at least ONEDNN_MIN_MACS."""
+    and every conv of at least CONV_ONEDNN_MIN_MACS."""
     window, reduction = math.prod(w_shape[2:]), math.prod(w_shape[1:])
     if group > 1 or (window > 1 and reduction >= 256):
         return True
-    return w_shape[0] * reduction * math.prod(out_spatial) >= ONEDNN_MIN_MACS
+    return w_shape[0] * reduction * math.prod(out_spatial) >= CONV_ONEDNN_MIN_MACS
 
 
 @kernel(FUSED + "FusedConv")
@@ -115,7 +115,7 @@ def fused_conv(node: Node) -> Kernel:
     sizes = static and [n + sum(more) for n, more in zip(x_shape[2:], beyond)]   # after F.pad
     out = static and [(n + 2 * p - d * (k - 1) - 1) // s + 1
                       for n, p, k, s, d in zip(sizes, padding, w.shape[2:], strides, dilations)]
-    if static and onednn_pays(w.shape, group, out):
+    if static and conv_onednn_pays(w.shape, group, out):
         run = _onednn_conv(weight, bias, [1, x_shape[1], *sizes], strides, padding, dilations, group,
                            act, onednn_post_op(node), residual)
     else:
@@ -191,12 +191,12 @@ def _as_2d(run: Kernel) -> Kernel:
 # A linear layer (a constant matrix B, no trans_a) gets its weight as [out, in] once, with alpha
 # folded into it and beta into the bias. Big ones run as one oneDNN GEMM on the weight packed
 # once, bias and activation as post-ops: on BERT-Base shapes ([1,128,768]x[768,768] and
-# [768,3072] + GELU) that beat F.linear + GELU by 1.1-1.6x. Under ~8 MFLOP oneDNN's ~20 µs call
-# overhead loses, and F.linear (+ the activation) runs instead. Batched matmuls, as in attention,
-# are one torch.matmul with the transposes as views.
+# [768,3072] + GELU) that beat F.linear + GELU by 1.1-1.6x. Under ~8M multiply-adds oneDNN's
+# ~20 µs call overhead loses, and F.linear (+ the activation) runs instead. Batched matmuls, as in
+# attention, are one torch.matmul with the transposes as views.
 
-ONEDNN_MIN_FLOPS = 1 << 23
-ASSUMED_ROWS = 128   # rows of a dynamic-shape input, for that choice: a typical sequence
+ONEDNN_MIN_MACS = 1 << 23   # rows × in × out
+ASSUMED_ROWS = 128          # rows of a dynamic-shape input, for that choice: a typical sequence
 
 
 @kernel(FUSED + "FusedMatMul")
@@ -231,11 +231,11 @@ def _linear(node: Node) -> Kernel | None:
         (w if node.attr("trans_b", 0) else w.T) * np.float32(node.attr("alpha", 1.0))))
     bias = None if c is None else torch.from_numpy(
         (c.reshape(n) * np.float32(node.attr("beta", 1.0))).astype(np.float32))
-    x = node.inputs[0].shape
-    static = x is not None and all(isinstance(d, int) for d in x)
-    rows = math.prod(x[:-1]) if static else ASSUMED_ROWS
+    x_shape = node.inputs[0].shape
+    static = x_shape is not None and all(isinstance(d, int) for d in x_shape)
+    rows = math.prod(x_shape[:-1]) if static else ASSUMED_ROWS
     post, act = onednn_post_op(node), torch_activation(node)
-    if post is not None and torch.backends.mkldnn.is_available() and rows * w.size >= ONEDNN_MIN_FLOPS:
+    if post is not None and torch.backends.mkldnn.is_available() and rows * w.size >= ONEDNN_MIN_MACS:
         packed = torch.ops.mkldnn._reorder_linear_weight(weight, rows if static else None)
         attr, scalars, algorithm = post
         linear = torch.ops.mkldnn._linear_pointwise
@@ -247,32 +247,48 @@ def _linear(node: Node) -> Kernel | None:
 
 # ---- normalization, activations -----------------------------------------------------------
 
-def _normalized_shape(node: Node) -> Callable[[torch.Tensor], "tuple | torch.Size"]:
-    """The normalized dims of x (from `axis` on): fixed now when static, else read per call."""
+def _normalized(node: Node) -> tuple[int, tuple[int, ...] | None]:
+    """The first normalized axis of x, and the normalized dims (from it on) when static."""
     shape = node.inputs[0].shape
     axis = node.attr("axis", -1) % len(shape)
     dims = shape[axis:]
-    if all(isinstance(d, int) for d in dims):
-        return lambda x, dims=tuple(dims): dims
-    return lambda x: x.shape[axis:]
+    return axis, tuple(dims) if all(isinstance(d, int) for d in dims) else None
 
 
 @kernel(FUSED + "LayerNorm")
 def layer_norm(node: Node) -> Kernel:
-    dims, eps, ln = _normalized_shape(node), node.attr("epsilon", 1e-5), F.layer_norm
-    if node.input(3) is None:
-        return lambda x, scale=None, bias=None: ln(x, dims(x), scale, bias, eps)
+    (axis, shape), eps, ln = _normalized(node), node.attr("epsilon", 1e-5), F.layer_norm
+    x_type = node.inputs[0].dtype
+    # torch's CPU layer_norm is 2x slower without a weight, so a missing scale is ones
+    ones = torch.ones(shape, dtype=torch_dtype(x_type)) \
+        if node.input(1) is None and shape and x_type is not None else None
 
-    def run(x, scale, bias, residual):
-        x = x + residual
-        return ln(x, dims(x), scale, bias, eps)
+    def run(x, scale=None, bias=None, residual=None):
+        if residual is not None:
+            x = x + residual
+        dims = shape or x.shape[axis:]
+        if scale is None:
+            scale = ones if ones is not None else x.new_ones(dims)
+        return ln(x, dims, scale, bias, eps)
     return run
 
 
 @kernel(FUSED + "RMSNorm")
 def rms_norm(node: Node) -> Kernel:
-    dims, eps, rms = _normalized_shape(node), node.attr("epsilon", 1e-6), F.rms_norm
-    return lambda x, scale=None: rms(x, dims(x), scale, eps)
+    (axis, shape), eps = _normalized(node), node.attr("epsilon", 1e-6)
+    if node.inputs[0].dtype not in (DType.FLOAT, DType.DOUBLE):   # it accumulates halves in float
+        rms = F.rms_norm
+        return lambda x, scale=None: rms(x, shape or x.shape[axis:], scale, eps)
+    # torch's CPU rms_norm is composite and writes x² out; one vector_norm pass reads x once and
+    # the two products share one buffer (~25% faster at [8,128,768])
+    axes = tuple(range(axis - len(node.inputs[0].shape), 0))
+    norm, prod, count = torch.linalg.vector_norm, math.prod, math.prod(shape) if shape else None
+
+    def run(x, scale=None):
+        inv = norm(x, 2, axes, keepdim=True).square_().div_(count or prod(x.shape[axis:])).add_(eps)
+        y = x * inv.rsqrt_()
+        return y if scale is None else y.mul_(scale)
+    return run
 
 
 @kernel(FUSED + "Gelu")

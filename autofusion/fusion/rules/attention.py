@@ -18,6 +18,7 @@ import numpy as np
 from ...ir import DType, Value
 from ..pattern import attr_value
 from ..rule import Rule
+from .matmul import dims, not_float32
 
 LOWEST = float(np.finfo(np.float32).min)
 
@@ -26,29 +27,29 @@ LOWEST = float(np.finfo(np.float32).min)
 
 def attention(op, q, kt, v, scale, mask=None):
     s = op.Div(op.MatMul(q, kt, _name="qk"), scale, _name="scale")
-    return op.MatMul(op.Softmax(op.Optional.Add(s, mask), _name="softmax"), v)
+    return op.MatMul(op.Softmax(op.Optional.Add(s, mask, _name="add"), _name="softmax"), v)
 
 
 def attention_scale_by_mul(op, q, kt, v, scale, mask=None):
     s = op.Mul(op.MatMul(q, kt, _name="qk"), scale, _name="scale")
-    return op.MatMul(op.Softmax(op.Optional.Add(s, mask), _name="softmax"), v)
+    return op.MatMul(op.Softmax(op.Optional.Add(s, mask, _name="add"), _name="softmax"), v)
 
 
 def attention_unscaled(op, q, kt, v, mask=None):   # T5
     s = op.MatMul(q, kt, _name="qk")
-    return op.MatMul(op.Softmax(op.Optional.Add(s, mask), _name="softmax"), v)
+    return op.MatMul(op.Softmax(op.Optional.Add(s, mask, _name="add"), _name="softmax"), v)
 
 
 # ---- GPT-2: softmax(where(keep, q·kᵀ / √d, lowest) + mask)·v -------------------------------
 
 def causal_attention(op, q, kt, v, scale, keep, fill, mask=None):
     s = op.Where(keep, op.Div(op.MatMul(q, kt, _name="qk"), scale, _name="scale"), fill, _name="where")
-    return op.MatMul(op.Softmax(op.Optional.Add(s, mask), _name="softmax"), v)
+    return op.MatMul(op.Softmax(op.Optional.Add(s, mask, _name="add"), _name="softmax"), v)
 
 
 def causal_attention_scale_by_mul(op, q, kt, v, scale, keep, fill, mask=None):
     s = op.Where(keep, op.Mul(op.MatMul(q, kt, _name="qk"), scale, _name="scale"), fill, _name="where")
-    return op.MatMul(op.Softmax(op.Optional.Add(s, mask), _name="softmax"), v)
+    return op.MatMul(op.Softmax(op.Optional.Add(s, mask, _name="add"), _name="softmax"), v)
 
 
 # ---- check ---------------------------------------------------------------------------------
@@ -66,10 +67,6 @@ def scale_of(m) -> float | None:
     return 1.0 / value if value != 0.0 else None
 
 
-def dims(v: Value) -> str:
-    return "?" if v.shape is None else "[" + ",".join("?" if d is None else str(d) for d in v.shape) + "]"
-
-
 def broadcasts_into(small: Value, big: tuple) -> bool:
     """Whether `small` broadcasts to `big` without growing it (1 or the same dim, right-aligned)."""
     if small.shape is None or len(small.shape) > len(big):
@@ -80,10 +77,9 @@ def broadcasts_into(small: Value, big: tuple) -> bool:
 def check(m) -> str | None:
     qk, softmax = m.node("qk"), m.node("softmax")
     q, kt, v = m.q, m.kt, m.v
-    for x in (q, kt, v, m.values.get("mask")):
-        if x is not None and x.dtype != DType.FLOAT:
-            dtype = x.dtype.name.lower() if x.dtype is not None else "of unknown type"
-            return f"MatMul {qk.name!r}: {x.name!r} is {dtype}, the fused attention is float32"
+    reason = not_float32(qk, q, kt, v, m.values.get("mask"))
+    if reason:
+        return reason
     if q.shape is None or kt.shape is None or v.shape is None:
         return f"MatMul {qk.name!r}: the shapes of q, kᵀ and v must be known"
     rank = len(q.shape)
@@ -94,7 +90,7 @@ def check(m) -> str | None:
     if None in batch or kt.shape[:-2] != batch or v.shape[:-2] != batch:
         return (f"MatMul {qk.name!r}: q {dims(q)}, kᵀ {dims(kt)}, v {dims(v)} do not share their "
                 "batch and head dims (SDPA does not broadcast them)")
-    if q.shape[-1] is None or q.shape[-1] != kt.shape[-2] or kt.shape[-1] is None or kt.shape[-1] != v.shape[-2]:
+    if None in (q.shape[-1], kt.shape[-1]) or q.shape[-1] != kt.shape[-2] or kt.shape[-1] != v.shape[-2]:
         return f"MatMul {qk.name!r}: q {dims(q)}, kᵀ {dims(kt)}, v {dims(v)}: head or key dims differ"
     axis = attr_value(softmax, "axis")
     if axis is None or axis % rank != rank - 1:
@@ -104,17 +100,18 @@ def check(m) -> str | None:
         return (f"{node.op_type} {node.name!r}: the scale {m.scale.name!r} is not a nonzero "
                 "constant scalar (computed at run time?)")
     scores = qk.outputs[0].shape
-    for name in ("scale", "mask", "keep", "fill"):
+    for name, by in (("scale", "scale"), ("mask", "add"), ("keep", "where"), ("fill", "where")):
         x = m.values.get(name)
         if x is not None and not broadcasts_into(x, scores):
-            return (f"the {name} {x.name!r} {dims(x)} does not broadcast to the scores "
-                    f"{dims(qk.outputs[0])} without growing them")
+            node = m.node(by)
+            return (f"{node.op_type} {node.name!r}: the {name} {x.name!r} {dims(x)} does not "
+                    f"broadcast to the scores {dims(qk.outputs[0])} without growing them")
     if m.has("where"):
         where, fill = m.node("where"), m.fill
         if m.keep.dtype != DType.BOOL:
             return f"Where {where.name!r}: its condition {m.keep.name!r} is not bool"
         if fill.const is None or fill.const.size != 1 or float(fill.const.reshape(-1)[0]) != LOWEST:
-            value = "a computed value" if fill.const is None else np.array2string(fill.const.reshape(-1)[:3])
+            value = "a computed value" if fill.const is None else f"{float(fill.const.reshape(-1)[0]):g}"
             return (f"Where {where.name!r}: masked scores are set to {value}; the rule needs the "
                     f"lowest float32 ({LOWEST:.8g}), for which adding equals replacing")
     return None

@@ -22,21 +22,20 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir import DType, Node, Value
+from ...ir.builder import FUSED_DOMAIN as FUSED
 from ...ir.fused_ops import ACTIVATIONS, activation_attrs
 from ..pattern import Match, attr_value
 from ..rule import Rule, scalar
 
-FUSED = "autofusion"
-
 
 # ---- patterns: the convolution and what may follow it ---------------------------------------
 
-def conv_bn_relu(op, x, w, scale, shift, mean, var, b=None):
-    return op.Relu(conv_bn(op, x, w, scale, shift, mean, var, b), _name="act")
-
-
 def conv_bn(op, x, w, scale, shift, mean, var, b=None):
     return op.BatchNormalization(op.Conv(x, w, b, _name="conv"), scale, shift, mean, var, _name="bn")
+
+
+def conv_bn_relu(op, x, w, scale, shift, mean, var, b=None):
+    return op.Relu(conv_bn(op, x, w, scale, shift, mean, var, b), _name="act")
 
 
 def conv_add_relu(op, x, w, z, scale, shift, mean, var, b=None):
@@ -45,7 +44,7 @@ def conv_add_relu(op, x, w, z, scale, shift, mean, var, b=None):
     return op.Relu(op.Add(y, z, _name="add"), _name="act")
 
 
-def conv(op, x, w, b=None):
+def plain_conv(op, x, w, b=None):
     return op.Conv(x, w, b, _name="conv")
 
 
@@ -114,7 +113,8 @@ def fold_batch_norm(op, m: Match) -> tuple[Value, Value]:
 def activation_of(act: Node) -> dict:
     """FusedConv's activation attributes for an activation node."""
     if act.op == "autofusion::Activation":
-        return {"activation": act.attrs["activation"], "activation_params": act.attrs["activation_params"]}
+        return {"activation": act.attr("activation", ""),
+                "activation_params": act.attr("activation_params", [])}
     if act.op == "autofusion::Gelu":
         return activation_attrs("GeluTanh" if act.attr("approximate") == "tanh" else "Gelu")
     if act.op_type == "Clip":
@@ -229,7 +229,7 @@ RULES = [
     Rule("ConvBNFusionOp", 1, "Conv + BatchNormalization → FusedConv, BatchNorm folded into W and B",
          [conv_bn], fused_conv_replace, check_fusion),
     Rule("ConvFusionOp", 1, "Conv → FusedConv: prepacked oneDNN weight, channels-last activations",
-         [conv], fused_conv_replace, check_fusion),
+         [plain_conv], fused_conv_replace, check_fusion),
     Rule("ConvAddFusionOp", 2, "FusedConv + Add(residual) → the residual as a FusedConv post-op",
          [fused_conv_add], fused_conv_replace, check_fusion),
     Rule("ConvActivationFusionOp", 1,

@@ -33,10 +33,11 @@ def matmul(op, kind: str, a, b, c=None):
 
 
 def fused_attrs(node: Node) -> dict:
-    """The FusedMatMul attributes of a matched matmul."""
+    """The FusedMatMul attributes of a matched matmul (a Gemm's beta only with its C)."""
     if node.op_type == "Gemm":
         return {"trans_a": attr_value(node, "transA"), "trans_b": attr_value(node, "transB"),
-                "alpha": attr_value(node, "alpha"), "beta": attr_value(node, "beta")}
+                "alpha": attr_value(node, "alpha"),
+                "beta": attr_value(node, "beta") if node.input(2) is not None else 1.0}
     return {**DEFAULTS, **node.attrs}
 
 

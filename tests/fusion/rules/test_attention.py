@@ -151,7 +151,20 @@ def test_mask_that_would_grow_the_scores_is_refused():
     graph, report = fuse(model)
     assert "autofusion::Attention" not in ops(graph)
     assert near_miss(report, "AttentionFusionOp") == (
-        "the mask 'mask' [3,2,4,8,8] does not broadcast to the scores [2,4,8,8] without growing them")
+        "Add 'masked': the mask 'mask' [3,2,4,8,8] does not broadcast to the scores [2,4,8,8] "
+        "without growing them")
+
+
+def test_keys_shared_across_heads_are_refused():
+    """Grouped keys ([B,1,D,S] against [B,H,S,D] queries) broadcast in MatMul, not in SDPA."""
+    nodes = [node("MatMul", ["q", "kt"], ["s"]), node("Softmax", ["s"], ["p"], axis=-1),
+             node("MatMul", ["p", "v"], ["y"])]
+    model = onnx_model(nodes, {"q": (2, 4, 8, 16), "kt": (2, 1, 16, 8), "v": (2, 1, 8, 16)}, ["y"])
+    graph, report = fuse(model)
+    assert "autofusion::Attention" not in ops(graph)
+    assert near_miss(report, "AttentionFusionOp") == (
+        "MatMul 's': q [2,4,8,16], kᵀ [2,1,16,8], v [2,1,8,16] do not share their batch and head "
+        "dims (SDPA does not broadcast them)")
 
 
 def test_softmax_over_another_axis_is_refused():
@@ -197,7 +210,7 @@ def test_causal_fill_other_than_lowest_is_refused():
     graph, report = fuse(torch_model(CausalSelfAttention(fill=-1e4), (2, 16, 32)))
     assert "Where" in ops(graph)
     assert near_miss(report, "CausalAttentionFusionOp") == (
-        "Where '/Where': masked scores are set to [-10000.]; the rule needs the lowest float32 "
+        "Where '/Where': masked scores are set to -10000; the rule needs the lowest float32 "
         "(-3.4028235e+38), for which adding equals replacing")
 
 

@@ -21,7 +21,7 @@ from .harness import assert_same_outputs, fuse, matched, onnx_model
 @pytest.fixture(params=["onednn", "pytorch"])
 def conv_path(request, monkeypatch):
     """Run every FusedConv on oneDNN, or every one on PyTorch's conv, whatever its size."""
-    monkeypatch.setattr(fused, "onednn_pays", lambda *args: request.param == "onednn")
+    monkeypatch.setattr(fused, "conv_onednn_pays", lambda *args: request.param == "onednn")
     return request.param
 
 
@@ -55,6 +55,7 @@ class Residual(nn.Module):
 
 def exported(module, *shape):
     """Exported with non-trivial BatchNorm statistics (so folding is really tested)."""
+    torch.manual_seed(0)
     for m in module.modules():   # export() randomises BatchNorm2d only
         if isinstance(m, (nn.BatchNorm1d, nn.BatchNorm3d)):
             with torch.no_grad():
@@ -107,8 +108,9 @@ def test_fused_equals_unfused_on_random_inputs(case, conv_path):
 
 RNG = np.random.default_rng(0)
 W = RNG.standard_normal((3, 2, 3, 3)).astype(np.float32)
-BN = {"scale": RNG.uniform(0.5, 1.5, 3).astype(np.float32), "shift": RNG.standard_normal(3).astype(np.float32),
-      "mean": RNG.standard_normal(3).astype(np.float32), "var": RNG.uniform(0.5, 1.5, 3).astype(np.float32)}
+BN = {name: a.astype(np.float32) for name, a in (
+    ("scale", RNG.uniform(0.5, 1.5, 3)), ("shift", RNG.standard_normal(3)),
+    ("mean", RNG.standard_normal(3)), ("var", RNG.uniform(0.5, 1.5, 3)))}
 CONV = helper.make_node("Conv", ["x", "W"], ["c"], name="conv", pads=[1, 1, 1, 1])
 BATCHNORM = helper.make_node("BatchNormalization", ["c", *BN], ["n"], name="bn")
 
@@ -170,7 +172,8 @@ def test_conv_add_golden_then_an_activation_composes():
              helper.make_node("Sigmoid", ["a"], ["y"])]
     model = onnx_model(nodes, {"x": (1, 2, 5, 5), "z": (1, 3, 5, 5)}, ["y"], {"W": W, **BN})
     graph, report = fuse(model, level=2)
-    assert [matched(report, r) for r in ("ConvBNFusionOp", "ConvAddFusionOp", "ConvActivationFusionOp")] == [1, 1, 1]
+    rules = ("ConvBNFusionOp", "ConvAddFusionOp", "ConvActivationFusionOp")
+    assert [matched(report, r) for r in rules] == [1, 1, 1]
     assert str(graph).splitlines()[-1] == (
         "  y: float[1,3,5,5] = autofusion::FusedConv[activation='Sigmoid', activation_params=[], "
         "pads=[1, 1, 1, 1]](x, W_bn_folded, shift_bn_folded, z)")
@@ -216,7 +219,8 @@ def test_computed_weight_is_refused():
 
 
 def test_computed_batchnorm_statistics_are_refused_and_the_conv_fused_alone():
-    nodes = [CONV, helper.make_node("BatchNormalization", ["c", "scale", "shift", "m", "var"], ["n"], name="bn"),
+    nodes = [CONV,
+             helper.make_node("BatchNormalization", ["c", "scale", "shift", "m", "var"], ["n"], name="bn"),
              helper.make_node("Relu", ["n"], ["y"])]
     model = onnx_model(nodes, {"x": (1, 2, 5, 5), "m": (3,)}, ["y"],
                        {"W": W, "scale": BN["scale"], "shift": BN["shift"], "var": BN["var"]})
@@ -236,7 +240,8 @@ def test_training_mode_batchnorm_is_refused():
 
 
 def test_broadcast_residual_is_refused():
-    nodes = [CONV, helper.make_node("Add", ["c", "z"], ["a"], name="add"), helper.make_node("Relu", ["a"], ["y"])]
+    nodes = [CONV, helper.make_node("Add", ["c", "z"], ["a"], name="add"),
+             helper.make_node("Relu", ["a"], ["y"])]
     graph, report = fuse(onnx_model(nodes, {"x": (1, 2, 5, 5), "z": (1, 3, 1, 1)}, ["y"], {"W": W}), level=2)
     assert graph.op_histogram().get("Add") == 1
     assert near_misses(report, "ConvAddReluFusionOp") == [
@@ -251,7 +256,8 @@ def test_float64_conv_is_refused():
         [helper.make_tensor_value_info("y", TensorProto.DOUBLE, None)],
         [numpy_helper.from_array(W.astype(np.float64), "W")])
     graph, report = fuse(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), level=1)
-    assert near_misses(report, "ConvFusionOp") == ["Conv 'conv': input is double, FusedConv runs float32 only"]
+    assert near_misses(report, "ConvFusionOp") == [
+        "Conv 'conv': input is double, FusedConv runs float32 only"]
 
 
 def test_4d_convolution_is_refused():
@@ -326,8 +332,8 @@ def test_a_chain_of_fused_convs_stays_channels_last(conv_path):
 
 
 def test_small_dense_convs_run_on_pytorch_and_the_rest_on_onednn():
-    assert not fused.onednn_pays((16, 64, 1, 1), 1, [1, 1])        # squeeze-excite conv
-    assert not fused.onednn_pays((16, 16, 3, 3), 1, [8, 8])        # short 3x3 reduction, small
-    assert fused.onednn_pays((64, 64, 3, 3), 1, [8, 8])            # long 3x3 reduction
-    assert fused.onednn_pays((64, 1, 3, 3), 64, [4, 4])            # depthwise
-    assert fused.onednn_pays((64, 256, 1, 1), 1, [56, 56])         # ResNet-50 1x1
+    assert not fused.conv_onednn_pays((16, 64, 1, 1), 1, [1, 1])        # squeeze-excite conv
+    assert not fused.conv_onednn_pays((16, 16, 3, 3), 1, [8, 8])        # short 3x3 reduction, small
+    assert fused.conv_onednn_pays((64, 64, 3, 3), 1, [8, 8])            # long 3x3 reduction
+    assert fused.conv_onednn_pays((64, 1, 3, 3), 64, [4, 4])            # depthwise
+    assert fused.conv_onednn_pays((64, 256, 1, 1), 1, [56, 56])         # ResNet-50 1x1

@@ -11,7 +11,7 @@ from onnx import TensorProto, helper
 
 import autofusion
 from autofusion.backend.torch_cpu import KERNELS, fused as fused_kernels
-from autofusion.ir import Graph, DType
+from autofusion.ir import DType, Graph
 from autofusion.ir.builder import GraphBuilder
 from autofusion.ir.fused_ops import activation_attrs, decompose
 
@@ -73,6 +73,15 @@ def test_bias_golden_before_after():
 
 def test_linear_fused_equals_unfused():
     assert_same_outputs(torch_model(torch.nn.Linear(16, 8), (2, 5, 16)), level=1, rtol=1e-5)
+
+
+def test_bias_after_a_gemm_keeps_its_alpha_not_its_unused_beta():
+    nodes = [node("Gemm", ["x", "w"], ["y"], alpha=2.0, beta=0.5), node("Add", ["y", "c"], ["z"])]
+    model = onnx_model(nodes, {"x": (3, 4)}, ["z"], {"w": rng_array(4, 5), "c": rng_array(5)})
+    graph, report = fuse(model, level=1)
+    assert matched(report, "MatMulBiasFusionOp") == 1
+    assert str(graph).splitlines()[-1] == "  z: float[3,5] = autofusion::FusedMatMul[alpha=2.0](x, w, c)"
+    assert_same_outputs(model, level=1, rtol=1e-5)
 
 
 def test_bias_along_another_axis_is_refused():
@@ -265,7 +274,8 @@ def fused_node(x_shape, w, c, **attrs) -> Graph:
     wv = g.add_constant("w", w)
     cv = None if c is None else g.add_constant("c", c)
     g.outputs = [op.FusedMatMul(x, wv, cv, **attrs)]
-    g.outputs[0].shape, g.outputs[0].dtype = (*x_shape[:-1], w.shape[0 if attrs.get("trans_b") else 1]), DType.FLOAT
+    n = w.shape[0 if attrs.get("trans_b") else 1]
+    g.outputs[0].shape, g.outputs[0].dtype = (*x_shape[:-1], n), DType.FLOAT
     return g
 
 
@@ -281,16 +291,19 @@ LINEAR_CASES = [
 
 
 @pytest.mark.parametrize("onednn", [True, False], ids=["onednn", "f_linear"])
-@pytest.mark.parametrize("attrs", LINEAR_CASES, ids=lambda a: ",".join(f"{k}={v}" for k, v in a.items()) or "plain")
+@pytest.mark.parametrize("attrs", LINEAR_CASES, ids=lambda a: ",".join(map(str, a.values())) or "plain")
 @pytest.mark.parametrize("bias_shape", [(24,), (1, 24), None], ids=["bias", "bias_1xN", "no_bias"])
 def test_linear_kernel_equals_its_decomposition(monkeypatch, onednn, attrs, bias_shape):
     """rtol 1e-5: oneDNN blocks the K=64 reduction differently from the reference matmul."""
-    monkeypatch.setattr(fused_kernels, "ONEDNN_MIN_FLOPS", 0 if onednn else 1 << 62)
+    monkeypatch.setattr(fused_kernels, "ONEDNN_MIN_MACS", 0 if onednn else 1 << 62)
     w = rng_array(24, 64, seed=1) if attrs.get("trans_b") else rng_array(64, 24, seed=1)
     c = None if bias_shape is None else rng_array(*bias_shape, seed=2)
     g = fused_node((2, 7, 64), w, c, **attrs)
     fn = KERNELS["autofusion::FusedMatMul"](g.nodes[0])
     assert fn.baked_inputs == {1, 2}
+    captured = [cell.cell_contents for cell in fn.__closure__]
+    packed = any(isinstance(t, torch.Tensor) and t.is_mkldnn for t in captured)
+    assert packed == (onednn and attrs.get("activation") != "HardSigmoid")   # the path under test
     x = rng_array(2, 7, 64, seed=3)
     got = fn(torch.from_numpy(x)).numpy()
     want = autofusion.compile(decompose(g.nodes[0]), level=0)(x, w, *([] if c is None else [c]))
