@@ -96,7 +96,7 @@ def optimize(graph: Graph, level: int = DEFAULT_LEVEL, disable: Iterable[str] = 
         for r in rules:
             n, after = result.counts[r.name], result.seconds_after[r.name]
             report.rules.append(RuleReport(
-                r.name, r.level, r.description, " | ".join(p.describe() for p in r.traced), n,
+                r.name, r.level, r.description, " | ".join(dict.fromkeys(p.describe() for p in r.traced)), n,
                 sorted(result.fused_into.get(r.name, ())),
                 round(result.seconds_before[r.name] / after, 3) if n and after else None))
         report.near_misses = [NearMissReport(m.rule, m.nodes, m.reason) for m in result.near_misses]

@@ -156,8 +156,10 @@ def _try(graph: Graph, rule: Rule, pattern: Pattern, node: Node,
         if reason:
             miss = NearMiss(rule.name, names, reason)
             continue
-        before = seconds(m.matched_nodes)
+        matched = m.matched_nodes
+        before = seconds(matched)
         op = _apply(graph, rule, m)
+        before -= seconds(n for n in matched if n.graph is graph)   # matched but kept
         result.counts[rule.name] += 1
         result.seconds_before[rule.name] += before
         result.seconds_after[rule.name] += seconds(op.new_nodes)

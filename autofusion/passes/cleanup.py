@@ -89,21 +89,54 @@ def fold_constants(graph: Graph, evaluate: Evaluator) -> int:
     return folded
 
 
+def _shape_dims(v: Value | None) -> list | None:
+    """The dims a Shape node reads off its input (ints, symbolic names, None), if v is one."""
+    node = v.producer if v is not None else None
+    if node is None or node.domain or node.op_type != "Shape" or node.inputs[0].shape is None:
+        return None
+    return list(node.inputs[0].shape[node.attr("start", 0):node.attr("end")])
+
+
+def _static_dims(node: Node) -> np.ndarray | None:
+    """What a Shape, Size, or a Gather/Slice of a Shape yields, when those dims are static."""
+    x = node.inputs[0]
+    if node.op_type == "Size" and x.is_static:
+        return np.array(int(np.prod(x.shape)), np.int64)
+    if node.op_type == "Shape":
+        dims = _shape_dims(node.outputs[0])
+    elif node.op_type == "Gather" and node.attr("axis", 0) == 0 and node.inputs[1].const is not None:
+        dims = _shape_dims(x)
+        idx = node.inputs[1].const
+        if dims is not None:
+            picked = np.array(dims, dtype=object)[idx]   # a scalar index picks one dim
+            dims = picked.tolist() if isinstance(picked, np.ndarray) else picked
+    elif node.op_type == "Slice" and len(node.inputs) >= 3 and \
+            all(v is None or v.const is not None for v in node.inputs[1:]):
+        dims = _shape_dims(x)
+        starts, ends, *rest = (None if v is None else int(v.const.reshape(-1)[0]) for v in node.inputs[1:])
+        step = rest[1] if len(rest) > 1 and rest[1] is not None else 1
+        dims = None if dims is None or (rest and rest[0] not in (None, 0, -1)) else dims[starts:ends:step]
+    else:
+        return None
+    if dims is None or not all(isinstance(d, int) for d in np.atleast_1d(np.array(dims, dtype=object))):
+        return None
+    return np.array(dims, np.int64)
+
+
 def fold_static_shapes(graph: Graph) -> int:
-    """Shape/Size of a value whose shape is fully static become constants."""
+    """Shape and Size of static values, and Gather/Slice picking static dims out of a Shape,
+    become constants (exporters compute reshape targets and scales this way)."""
     folded = 0
     outputs = set(map(id, graph.outputs))
     for node in graph.nodes:
-        if node.domain or node.op_type not in ("Shape", "Size") or id(node.outputs[0]) in outputs:
+        if node.domain or node.op_type not in ("Shape", "Size", "Gather", "Slice") or \
+                id(node.outputs[0]) in outputs:
             continue
-        x: Value = node.inputs[0]
-        if not x.is_static:
+        data = _static_dims(node)
+        if data is None:
             continue
-        if node.op_type == "Size":
-            data = np.array(int(np.prod(x.shape)), np.int64)
-        else:
-            start, end = node.attr("start", 0), node.attr("end")
-            data = np.array(x.shape[start:end], np.int64)
+        if node.op_type == "Shape" and not node.inputs[0].is_static:
+            continue   # a partly symbolic shape stays; its static parts fold where they are used
         c = graph.add_constant(graph.fresh_name(node.outputs[0].name + "_folded"), data)
         graph.replace_all_uses(node.outputs[0], c)
         graph.remove(node)

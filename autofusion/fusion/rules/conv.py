@@ -10,7 +10,8 @@ The rules compose: ConvBNFusionOp and ConvFusionOp turn a Conv into a FusedConv,
 rules append a residual (ConvAddFusionOp) and then an activation (ConvActivationFusionOp) to a
 FusedConv that has none yet, so every chain Conv [+BN] [+Add] [+act] ends as one node. The two
 classic chains come first under their own names, so a report says "Conv+BatchNormalization+Relu
-matched 33 times" for ResNet-50: larger patterns before the smaller ones they contain.
+matched 33 times" for ResNet-50: larger patterns before the smaller ones they contain. The
+residual rules are level 2: they join two branches, the conv's and the shortcut's.
 
 Plain Conv → FusedConv always, when the conv qualifies: it never loses (where oneDNN's per-call
 overhead would dominate, the kernel runs PyTorch's own conv, as Conv would), it wins on large convs

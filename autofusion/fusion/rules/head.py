@@ -5,6 +5,8 @@
 Exporters write the pool as GlobalAveragePool (adaptive_avg_pool2d(x, 1)) or as a ReduceMean over
 the spatial axes (x.mean((2, 3)), which needs no Flatten when it drops the axes). The kernel
 averages and runs one GEMM with the weight pre-transposed and alpha/beta folded in at build time.
+Level 1: an adjacent chain (the original's "Conv+Pool+FC head"), and it must claim the Gemm before
+the matmul rules do.
 """
 from __future__ import annotations
 

@@ -17,7 +17,8 @@ def log_softmax_nll(op, x, target, weight=None):
 
 
 def log_of_softmax_nll(op, x, target, weight=None):
-    return op.NegativeLogLikelihoodLoss(op.Log(op.Softmax(x, _name="softmax")), target, weight, _name="nll")
+    log_prob = op.Log(op.Softmax(x, _name="softmax"))
+    return op.NegativeLogLikelihoodLoss(log_prob, target, weight, _name="nll")
 
 
 def softmax_cross_entropy_check(m):
@@ -34,13 +35,13 @@ def softmax_cross_entropy_check(m):
 
 def softmax_cross_entropy_replace(op, m):
     nll = m.node("nll")
-    return op.SoftmaxCrossEntropyLoss(m.x, m.target, m.weight, reduction=attr_value(nll, "reduction"),
-                                      ignore_index=nll.attr("ignore_index"))
-
+    return op.SoftmaxCrossEntropyLoss(m.x, m.target, m.weight, ignore_index=nll.attr("ignore_index"),
+                                      reduction=attr_value(nll, "reduction"))
 
 
 RULES = [
     Rule("SoftmaxCrossEntropyFusionOp", 1,
          "LogSoftmax (or Log∘Softmax) + NegativeLogLikelihoodLoss → one SoftmaxCrossEntropyLoss",
-         [log_softmax_nll, log_of_softmax_nll], softmax_cross_entropy_replace, softmax_cross_entropy_check),
+         [log_softmax_nll, log_of_softmax_nll], softmax_cross_entropy_replace,
+         softmax_cross_entropy_check),
 ]

@@ -4,7 +4,8 @@ Transpose∘Transpose is one Transpose (none when the permutations cancel), Resh
 last Reshape, Squeeze∘Unsqueeze over the same axes nothing; Identity, inference Dropout and a
 Cast to the type it already has are nothing. They run first, so the other families see clean
 chains. A removal that leaves a graph output to an existing value gets an Identity from the
-driver (outputs keep their names), and that Identity stays. Constant folding, dead code and common subexpressions are passes (passes/cleanup.py).
+driver (outputs keep their names), and that Identity stays. Constant folding, dead code and
+common subexpressions are passes (passes/cleanup.py).
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def permutation(node: Node, rank: int | None) -> list[int] | None:
 
 def transpose_transpose_check(m):
     if m.x.rank is None:
-        return f"{describe(m.node('first'))}: the rank of {m.x.name!r} is unknown, so is its default perm"
+        return f"{describe(m.node('first'))}: the rank of {m.x.name!r}, so its default perm, is unknown"
     return None
 
 
@@ -110,8 +111,9 @@ def no_op_check(m):
         if x.dtype is None or x.dtype != to:
             return f"{describe(node)}: casts {x.dtype.name if x.dtype else 'an unknown type'} to " \
                    f"{to.name if to else 'an unknown type'}"
-    if node.op_type == "Dropout" and dropout_reason(m):
-        return dropout_reason(m)
+    reason = dropout_reason(m) if node.op_type == "Dropout" else None
+    if reason:
+        return reason
     if any(o is y for o in node.graph.outputs):   # removing it would need an Identity again
         return f"{describe(node)}: it names graph output {y.name!r}"
     return None
@@ -168,7 +170,8 @@ def squeeze_unsqueeze_check(m):
     if a is None or b is None:
         return f"{describe(squeeze)}, {describe(unsqueeze)}: the axes or ranks are not known"
     if a != b:
-        return f"{describe(unsqueeze)} works on axes {sorted(a)} but {describe(squeeze)} on {sorted(b)}"
+        return (f"{describe(unsqueeze)} works on axes {sorted(a)} but {describe(squeeze)} on "
+                f"{sorted(b)}")
     return None
 
 
@@ -177,13 +180,13 @@ def squeeze_unsqueeze_replace(op, m):
 
 
 RULES = [
-    Rule("NoOpRemovalFusionOp", 1,
-         "Identity, inference Dropout, Cast to the type it has → removed",
+    Rule("NoOpRemovalFusionOp", 1, "Identity, inference Dropout, Cast to the type it has → removed",
          [identity, dropout, cast, cast_like], no_op_replace, no_op_check),
     Rule("TransposeTransposeFusionOp", 1, "Transpose∘Transpose → one Transpose (none if they cancel)",
          [transpose_transpose], transpose_transpose_replace, transpose_transpose_check),
     Rule("ReshapeReshapeFusionOp", 1, "Reshape∘Reshape → the last Reshape",
          [reshape_reshape], reshape_reshape_replace, reshape_reshape_check),
-    Rule("SqueezeUnsqueezeFusionOp", 1, "Squeeze∘Unsqueeze or Unsqueeze∘Squeeze on the same axes → removed",
+    Rule("SqueezeUnsqueezeFusionOp", 1,
+         "Squeeze∘Unsqueeze or Unsqueeze∘Squeeze on the same axes → removed",
          [squeeze_unsqueeze, unsqueeze_squeeze], squeeze_unsqueeze_replace, squeeze_unsqueeze_check),
 ]
