@@ -66,6 +66,11 @@ def write_json(results: dict, path: Path) -> None:
 
 # ---- markdown ------------------------------------------------------------------------------
 
+def _ms(x: float) -> str:
+    """Three significant digits without exponents: 1234, 123, 12.3, 1.23, 0.123."""
+    return f"{x:.0f}" if x >= 100 else f"{x:.3g}"
+
+
 def _cell(r: dict | None, value) -> str:
     if r is None:
         return "—"
@@ -85,7 +90,7 @@ def _table(results: dict, value, ratios: bool) -> list[str]:
              "| --- |" + " ---: |" * (len(header) - 1)]
     for name, model in results["models"].items():
         if model["status"] != "ok":
-            row = [name, *([model["status"]] * len(systems))]
+            row = [name, model["status"], *([""] * (len(systems) - 1))]
             if ratios:
                 row += ["", ""]
         else:
@@ -112,9 +117,9 @@ def markdown(results: dict) -> str:
         f"PyTorch eager first: \"wrong (d)\" = max|diff|/max|ref| = d > {s['tolerance']:g}, not "
         f"timed. Ratios > 1: autofusion level 2 is faster.", "",
         f"Command: `{m['command']}`", "",
-        *_table(results, lambda r: f"{r['median_ms']:.3g}", ratios=True), "",
+        *_table(results, lambda r: _ms(r["median_ms"]), ratios=True), "",
         "## Spread (p10–p90 ms)", "",
-        *_table(results, lambda r: f"{r['p10_ms']:.3g}–{r['p90_ms']:.3g}", ratios=False), "",
+        *_table(results, lambda r: f"{_ms(r['p10_ms'])}–{_ms(r['p90_ms'])}", ratios=False), "",
         "## Compile / session-creation time (s)", "",
         *_table(results, lambda r: f"{r['compile_s']:.2f}", ratios=False), "",
     ]

@@ -83,13 +83,27 @@ def benchmark_model(name: str, settings: Settings, progress: Progress) -> dict:
     case = ModelCase(name, onnx_path, models.example_inputs(name, settings.batch),
                      lambda: models.build(name), settings.threads)
     systems = [s for s in all_systems() if s.name in settings.systems]
-    # the reference first: every other system is checked against its outputs
-    systems.sort(key=lambda s: s.name != REFERENCE)
     results = {s.name: _empty_result(s) for s in systems}
+    ready = compile_and_check(systems, case, results, settings, progress)
+    time_systems(ready, case.name, results, settings, progress)
+
+    inputs = {k: list(v.shape) for k, v in case.inputs.items()}
+    del ready, systems, case
+    _release_compiled_state()
+    return {"status": "ok", "onnx": onnx_path, "export_s": export_s, "inputs": inputs,
+            "systems": results}
+
+
+def compile_and_check(systems: list[System], case: ModelCase, results: dict[str, dict],
+                      settings: Settings, progress: Progress) -> dict[str, System]:
+    """Load, compile (timed) and run each system once; the ones whose outputs match PyTorch
+    eager's, by name. Fills compile_s, max_rel_diff, info, and the status of those that fail."""
+    # the reference first: every other system is checked against its outputs
+    systems = sorted(systems, key=lambda s: s.name != REFERENCE)
     reference = None
     ready: dict[str, System] = {}
     for system in systems:
-        progress.step(f"{name}: compiling {system.label}")
+        progress.step(f"{case.name}: compiling {system.label}")
         result = results[system.name]
         try:
             system.load(case)
@@ -99,39 +113,42 @@ def benchmark_model(name: str, settings: Settings, progress: Progress) -> dict:
             outputs = as_arrays(system.run())
             result["info"] = system.info()
         except Exception as e:  # noqa: BLE001 - recorded, the other systems go on
-            _fail(result, "error", short_error(e), name, system, progress)
+            _fail(result, "error", short_error(e), case.name, system, progress)
             continue
         if system.name == REFERENCE:
             reference = outputs
         if reference is None:
-            _fail(result, "error", "no reference: PyTorch eager did not run", name, system, progress)
+            _fail(result, "error", "no reference: PyTorch eager did not run", case.name, system,
+                  progress)
             continue
         result["max_rel_diff"] = diff = max_rel_diff(outputs, reference)
         if diff > settings.tolerance:
             _fail(result, "wrong", f"outputs differ from PyTorch eager: max rel diff {diff:.3g} "
-                  f"> {settings.tolerance:g}", name, system, progress)
+                  f"> {settings.tolerance:g}", case.name, system, progress)
             continue
         ready[system.name] = system
+    return ready
 
-    progress.step(f"{name}: timing {len(ready)} systems, {settings.rounds} rounds x "
+
+def time_systems(ready: dict[str, System], model: str, results: dict[str, dict],
+                 settings: Settings, progress: Progress) -> None:
+    """Time the ready systems together (timing.py) and fill in their latency statistics."""
+    progress.step(f"{model}: timing {len(ready)} systems, {settings.rounds} rounds x "
                   f"{settings.block} runs")
+
+    def show_block(round_index: int, system: str) -> None:
+        when = "warm-up" if round_index < 0 else f"round {round_index + 1}/{settings.rounds}"
+        progress.detail(f"{model}: {when} {results[system]['label']}")
+
     timings = timing.time_in_blocks(
         {n: s.run for n, s in ready.items()}, rounds=settings.rounds, block=settings.block,
-        warmup=settings.warmup, pause_s=settings.pause_s, describe_error=short_error,
-        on_block=lambda r, n: progress.detail(
-            f"{name}: {'warm-up' if r < 0 else f'round {r + 1}/{settings.rounds}'} {results[n]['label']}"))
-    for system_name, samples in timings.samples.items():
-        result = results[system_name]
-        if system_name in timings.errors:
-            _fail(result, "error", timings.errors[system_name], name, ready[system_name], progress)
+        warmup=settings.warmup, pause_s=settings.pause_s, on_block=show_block,
+        describe_error=short_error)
+    for name, samples in timings.samples.items():
+        if name in timings.errors:
+            _fail(results[name], "error", timings.errors[name], model, ready[name], progress)
         elif samples:
-            result.update(status="ok", **vars(timing.summarize(samples)))
-
-    inputs = {k: list(v.shape) for k, v in case.inputs.items()}
-    del ready, systems, case
-    _release_compiled_state()
-    return {"status": "ok", "onnx": onnx_path, "export_s": export_s, "inputs": inputs,
-            "systems": results}
+            results[name].update(status="ok", **vars(timing.summarize(samples)))
 
 
 def _empty_result(system: System) -> dict:

@@ -76,7 +76,8 @@ class Autofusion(System):
 
     def info(self) -> dict:
         report = self.model.report
-        return {"ops_before": report.ops_before, "ops_after": report.ops_after}
+        return {"ops_before": report.ops_before, "ops_after": report.ops_after,
+                "rules": {r.name: r.matched for r in report.rules if r.matched}}
 
 
 # ---- ONNX Runtime --------------------------------------------------------------------------
