@@ -9,14 +9,13 @@ the generated code tells which node failed, and the error names it.
 from __future__ import annotations
 
 import linecache
-import sys
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import torch
 
 from ..errors import InputError, KernelBuildError, NodeExecutionError, UnsupportedOpError
-from ..ir import DType, Graph, Node, Value
+from ..ir import Graph, Node, Value
 from .torch_cpu import KERNELS, TORCH_DTYPES, to_torch
 
 Array = np.ndarray | torch.Tensor

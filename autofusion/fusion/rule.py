@@ -148,7 +148,7 @@ def _try(graph: Graph, rule: Rule, pattern: Pattern, node: Node,
         escape = interior_escapes(m, graph.outputs)
         if escape is not None:
             v, user = escape
-            where = f"{user.op_type} {user.name!r}" if user else "a graph output"
+            where = describe(user) if user else "a graph output"
             miss = NearMiss(rule.name, names, f"{v.name!r} is also used by {where}, so it "
                                               "must stay in memory")
             continue
@@ -166,6 +166,27 @@ def _try(graph: Graph, rule: Rule, pattern: Pattern, node: Node,
         result.fused_into.setdefault(rule.name, set()).update(n.op for n in op.new_nodes)
         return None
     return miss
+
+
+# ---- what checks say ----------------------------------------------------------------------
+
+def describe(node: Node) -> str:
+    """A node as reasons name it: its op and name, e.g. "Conv '/layer4/conv2'"."""
+    return f"{node.op_type} {node.name!r}"
+
+
+def dims(v: Value) -> str:
+    """A value's shape as reasons print it, e.g. "[N,768]" ("?" where unknown)."""
+    return "?" if v.shape is None else "[" + ",".join("?" if d is None else str(d) for d in v.shape) + "]"
+
+
+def not_float32(node: Node, *values: Value | None) -> str | None:
+    """The reason, if one of the values is not float32 (the fused kernels' type)."""
+    for v in values:
+        if v is not None and v.dtype != DType.FLOAT:
+            dtype = v.dtype.name.lower() if v.dtype is not None else "of unknown type"
+            return f"{describe(node)}: {v.name!r} is {dtype}, the fused kernels are float32"
+    return None
 
 
 def scalar(v: Value | None) -> float | None:

@@ -16,7 +16,7 @@ from typing import Callable
 import numpy as np
 
 from .builder import FUSED_DOMAIN, GraphBuilder
-from .graph import Node, Value
+from .graph import Graph, Node, Value
 from .ops import OpClass, OpDef, register
 
 Decompose = Callable[..., "list[Value]"]
@@ -182,9 +182,8 @@ def pool_gemm(op: GraphBuilder, node: Node, x, w, b=None):
                     beta=node.attr("beta", 1.0))]
 
 
-def decompose(node: Node) -> "Graph":
+def decompose(node: Node) -> Graph:
     """The fused node as a standalone graph of standard ONNX ops (inputs in0, in1, …)."""
-    from .graph import Graph
     g = Graph(f"{node.op_type}_body", dict(node.graph.opset) if node.graph else None)
     ins = [None if v is None else g.add_input(f"in{i}", v.shape, v.dtype)
            for i, v in enumerate(node.inputs)]

@@ -17,8 +17,7 @@ import numpy as np
 
 from ...ir import DType, Value
 from ..pattern import attr_value
-from ..rule import Rule
-from .matmul import dims, not_float32
+from ..rule import Rule, dims, not_float32
 
 LOWEST = float(np.finfo(np.float32).min)
 

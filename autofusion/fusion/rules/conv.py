@@ -26,7 +26,7 @@ from ...ir import DType, Node, Value
 from ...ir.builder import FUSED_DOMAIN as FUSED
 from ...ir.fused_ops import ACTIVATIONS, activation_attrs
 from ..pattern import Match, attr_value
-from ..rule import Rule, scalar
+from ..rule import Rule, dims, scalar
 
 
 # ---- patterns: the convolution and what may follow it ---------------------------------------
@@ -205,8 +205,8 @@ def residual_problem(add: Node, m: Match) -> str | None:
     if z.dtype != DType.FLOAT:
         return f"{where}: residual {z.name!r} is not float32"
     if y.shape is None or z.shape is None or list(y.shape) != list(z.shape):
-        return (f"{where}: residual {z.name!r} has shape {_shape(z)}, the convolution "
-                f"{_shape(y)}; FusedConv adds it without broadcasting")
+        return (f"{where}: residual {z.name!r} has shape {dims(z)}, the convolution "
+                f"{dims(y)}; FusedConv adds it without broadcasting")
     return None
 
 
@@ -214,10 +214,6 @@ def activation_problem(act: Node) -> str | None:
     if act.op_type == "Clip" and None in clip_bounds(act):
         return f"Clip {act.name!r}: its bounds are not constants"
     return None
-
-
-def _shape(v: Value) -> str:
-    return "unknown" if v.shape is None else "[" + ",".join(map(str, v.shape)) + "]"
 
 
 RULES = [

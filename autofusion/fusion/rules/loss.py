@@ -8,8 +8,7 @@ where softmax rounds to 0). NLL of a plain Softmax is not a cross-entropy and is
 from __future__ import annotations
 
 from ..pattern import attr_value
-from ..rule import Rule
-from .redundancy import describe
+from ..rule import Rule, describe
 
 
 def log_softmax_nll(op, x, target, weight=None):

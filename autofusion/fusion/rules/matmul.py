@@ -11,11 +11,11 @@ not a constant scalar, and anything but float32 (the kernels are tuned and check
 """
 from __future__ import annotations
 
-from ...ir import DType, Node, Value
+from ...ir import DType, Node
 from ...ir.builder import FUSED_DOMAIN
 from ...ir.fused_ops import activation_attrs
 from ..pattern import attr_value
-from ..rule import Rule
+from ..rule import Rule, dims, not_float32
 
 MATMULS = ("MatMul", "Gemm", "FusedMatMul")
 DEFAULTS = {"trans_a": 0, "trans_b": 0, "alpha": 1.0, "beta": 1.0}
@@ -44,18 +44,6 @@ def fused_attrs(node: Node) -> dict:
 def fused_matmul(op, a, b, c, attrs: dict):
     """A new FusedMatMul; attributes at their defaults are left out."""
     return op.FusedMatMul(a, b, c, **{k: v for k, v in attrs.items() if DEFAULTS.get(k) != v})
-
-
-def not_float32(node: Node, *values: Value | None) -> str | None:
-    for v in values:
-        if v is not None and v.dtype != DType.FLOAT:
-            dtype = v.dtype.name.lower() if v.dtype is not None else "of unknown type"
-            return f"{node.op_type} {node.name!r}: {v.name!r} is {dtype}, the fused kernels are float32"
-    return None
-
-
-def dims(v: Value) -> str:
-    return "?" if v.shape is None else "[" + ",".join("?" if d is None else str(d) for d in v.shape) + "]"
 
 
 def matmul_check(m) -> str | None:

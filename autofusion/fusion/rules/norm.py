@@ -19,8 +19,7 @@ import numpy as np
 
 from ...ir import FUSED_DOMAIN, DType, Node, Value
 from ..pattern import attr_value
-from ..rule import Rule, scalar
-from .redundancy import describe
+from ..rule import Rule, describe, scalar
 
 # ---- how exporters spell t² and a / b ------------------------------------------------------
 

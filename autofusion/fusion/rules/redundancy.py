@@ -13,12 +13,7 @@ import numpy as np
 
 from ...ir import DType, Node
 from ..pattern import attr_value
-from ..rule import Rule
-
-
-def describe(node: Node) -> str:
-    """A node as reasons name it: its op and name, e.g. "Conv '/layer4/conv2'"."""
-    return f"{node.op_type} {node.name!r}"
+from ..rule import Rule, describe
 
 
 # ---- Transpose(Transpose(x, p), q) = Transpose(x, p∘q) ----------------------------------
