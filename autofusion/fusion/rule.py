@@ -32,6 +32,9 @@ class Rule:
     patterns: list[Callable]        # pattern functions: (op, *vars) -> output
     replace: Replace
     check: Check | None = None
+    # a structural match the rule is not meant for, and so no near-miss (a Cast that changes
+    # the type is not a no-op that failed a check)
+    applies: Callable[[Match], bool] | None = None
     traced: list[Pattern] = field(init=False, repr=False)
 
     def __post_init__(self):
@@ -88,13 +91,15 @@ def _apply(graph: Graph, rule: Rule, m: Match) -> Rewriter:
         raise GraphError(f"rule {rule.name} replaced {len(old)} output(s) with {len(new)}")
     outputs = set(map(id, graph.outputs))
     for o, n in zip(old, new):
-        if id(o) in outputs and n.producer not in op.new_nodes:
-            n = op.Identity(n, _domain="")   # a graph output keeps its name
-        if n.producer in op.new_nodes:   # the replaced value's type is known better
+        is_output, fresh = id(o) in outputs, n.producer in op.new_nodes
+        if is_output and not fresh and (n.producer is None or id(n) in outputs):
+            # inputs, constants and other outputs keep their own names: the output gets a copy
+            n, fresh = op.Identity(n, _domain=""), True
+        if fresh:   # the replaced value's type is known better
             n.shape = o.shape if o.shape is not None else n.shape
             n.dtype = o.dtype if o.dtype is not None else n.dtype
         graph.replace_all_uses(o, n)
-        if n.producer in op.new_nodes:   # a new value keeps the name users know it by
+        if fresh or is_output:   # the value keeps the name users know it by
             o.name, n.name = n.name, o.name
     remove_dead(graph, m.matched_nodes)
     return op
@@ -144,6 +149,8 @@ def _try(graph: Graph, rule: Rule, pattern: Pattern, node: Node,
     """None: applied. True: no structural match. A NearMiss: matched but refused."""
     miss: NearMiss | bool = True
     for m in match_at(pattern, node):
+        if rule.applies is not None and not rule.applies(m):
+            continue
         names = [n.name for n in m.matched_nodes]
         escape = interior_escapes(m, graph.outputs)
         if escape is not None:

@@ -99,19 +99,20 @@ def cast_like(op, x, like):
     return op.CastLike(x, like, _name="noop")
 
 
-def no_op_check(m):
+def is_no_op(m) -> bool:
+    """A Cast to the type the value has; not an Identity that only names a graph output after
+    an input, a constant or another output (removing it would need that Identity again)."""
     node, x, y = m.node("noop"), m.x, m.root.outputs[0]
     if node.op_type in ("Cast", "CastLike"):
         to = DType(node.attrs["to"]) if node.op_type == "Cast" else m.like.dtype
         if x.dtype is None or x.dtype != to:
-            return f"{describe(node)}: casts {x.dtype.name if x.dtype else 'an unknown type'} to " \
-                   f"{to.name if to else 'an unknown type'}"
-    reason = dropout_reason(m) if node.op_type == "Dropout" else None
-    if reason:
-        return reason
-    if any(o is y for o in node.graph.outputs):   # removing it would need an Identity again
-        return f"{describe(node)}: it names graph output {y.name!r}"
-    return None
+            return False
+    outputs = node.graph.outputs
+    return not (any(o is y for o in outputs) and (x.producer is None or any(o is x for o in outputs)))
+
+
+def no_op_check(m):
+    return dropout_reason(m) if m.node("noop").op_type == "Dropout" else None
 
 
 def dropout_reason(m) -> str | None:
@@ -176,7 +177,7 @@ def squeeze_unsqueeze_replace(op, m):
 
 RULES = [
     Rule("NoOpRemovalFusionOp", 1, "Identity, inference Dropout, Cast to the type it has → removed",
-         [identity, dropout, cast, cast_like], no_op_replace, no_op_check),
+         [identity, dropout, cast, cast_like], no_op_replace, no_op_check, is_no_op),
     Rule("TransposeTransposeFusionOp", 1, "Transpose∘Transpose → one Transpose (none if they cancel)",
          [transpose_transpose], transpose_transpose_replace, transpose_transpose_check),
     Rule("ReshapeReshapeFusionOp", 1, "Reshape∘Reshape → the last Reshape",
