@@ -5,7 +5,8 @@ description, one or more patterns, a check and a replacement. The driver applies
 to a fixed point (with a guard on the number of rounds): for each rule, for each node whose op is
 the root of one of its patterns, it tries every structural match; a match whose intermediates
 escape it, or whose check returns a reason, is a near-miss; the first that passes is replaced.
-Near-misses are reported only for nodes that stayed unfused.
+A near-miss is reported while some of its nodes stay unfused (if other rules fused them all,
+the work got done another way).
 """
 from __future__ import annotations
 
@@ -48,6 +49,7 @@ class NearMiss:
     rule: str
     nodes: list[str]
     reason: str
+    matched: list[Node] = field(default_factory=list, repr=False, compare=False)
 
     def __str__(self) -> str:
         return f"{self.rule}: {self.reason}"
@@ -123,7 +125,7 @@ def apply_rules(graph: Graph, rules: list[Rule], max_rounds: int = 16) -> Rewrit
     result = RewriteResult(counts={r.name: 0 for r in rules},
                            seconds_before={r.name: 0.0 for r in rules},
                            seconds_after={r.name: 0.0 for r in rules})
-    misses: dict[tuple[str, int], tuple[Node, NearMiss]] = {}
+    misses: dict[tuple[str, int], NearMiss] = {}
     for result.rounds in range(1, max_rounds + 1):
         changed = False
         for rule in rules:
@@ -137,10 +139,11 @@ def apply_rules(graph: Graph, rules: list[Rule], max_rounds: int = 16) -> Rewrit
                         changed = True
                         break
                     if miss is not True:
-                        misses[(rule.name, id(node))] = (node, miss)
+                        misses[(rule.name, id(node))] = miss
         if not changed:
             break
-    result.near_misses = [miss for node, miss in misses.values() if node.graph is graph]
+    result.near_misses = [miss for miss in misses.values()
+                          if any(n.graph is graph for n in miss.matched)]
     return result
 
 
@@ -157,11 +160,11 @@ def _try(graph: Graph, rule: Rule, pattern: Pattern, node: Node,
             v, user = escape
             where = describe(user) if user else "a graph output"
             miss = NearMiss(rule.name, names, f"{v.name!r} is also used by {where}, so it "
-                                              "must stay in memory")
+                                              "must stay in memory", m.matched_nodes)
             continue
         reason = rule.check(m) if rule.check else None
         if reason:
-            miss = NearMiss(rule.name, names, reason)
+            miss = NearMiss(rule.name, names, reason, m.matched_nodes)
             continue
         matched = m.matched_nodes
         before = seconds(matched)

@@ -231,6 +231,25 @@ def epilogue(name: str, spelled: str, *acts) -> Rule:
                 matmul_check)
 
 
+# ---- a linear layer on its own: a constant 2-D weight gets the prepacked kernel ---------------
+
+def linear(kind: str):
+    def pattern(op, a, b, c=None):
+        return matmul(op, kind, a, b, c)
+    pattern.__name__ = f"{kind.lower()}_by_constant"
+    return pattern
+
+
+def by_constant_matrix(m) -> bool:
+    """Only a product by a constant matrix is a linear layer (not q·kᵀ, say)."""
+    return m.b.const is not None and m.b.const.ndim == 2
+
+
+def linear_replace(op, m):
+    node = m.node("matmul")
+    return fused_matmul(op, node.input(0), node.input(1), node.input(2), fused_attrs(node))
+
+
 RULES = [
     Rule("MatMulTransposeMatMulFusionOp", 2,
          "MatMul → Transpose(last two axes) → MatMul: the transpose is absorbed into the second "
@@ -249,4 +268,8 @@ RULES = [
     epilogue("MatMulReluFusionOp", "ReLU", relu),
     epilogue("MatMulGeluFusionOp", "GELU (erf or tanh)", gelu, gelu_onnx),
     epilogue("MatMulSiLUFusionOp", "SiLU", silu),
+    # last: whatever bias or epilogue a product has joins it first
+    Rule("LinearFusionOp", 1, "MatMul/Gemm by a constant matrix → one linear kernel with the "
+         "weight prepacked at compile time", [linear(kind) for kind in ("MatMul", "Gemm")],
+         linear_replace, matmul_check, by_constant_matrix),
 ]

@@ -88,7 +88,7 @@ def test_bias_along_another_axis_is_refused():
     nodes = [node("MatMul", ["x", "w"], ["y"]), node("Add", ["y", "c"], ["z"])]
     model = onnx_model(nodes, {"x": (2, 3, 4)}, ["z"], {"w": rng_array(4, 5), "c": rng_array(3, 1)})
     graph, report = fuse(model, level=2)
-    assert ops(graph) == ["MatMul", "Add"]
+    assert ops(graph) == ["autofusion::FusedMatMul", "Add"]   # the product alone, the Add kept
     assert near_miss(report, "MatMulBiasFusionOp") == (
         "Add 'z': 'c' [3,1] is not a bias along the last axis of the product [2,3,5]")
 
@@ -97,7 +97,7 @@ def test_a_residual_is_not_a_bias():
     nodes = [node("MatMul", ["x", "w"], ["y"]), node("Add", ["y", "r"], ["z"])]
     model = onnx_model(nodes, {"x": (2, 4), "r": (2, 4)}, ["z"], {"w": rng_array(4, 4)})
     graph, report = fuse(model, level=2)
-    assert ops(graph) == ["MatMul", "Add"]
+    assert ops(graph) == ["autofusion::FusedMatMul", "Add"]
     assert near_miss(report, "MatMulBiasFusionOp") == (
         "Add 'z': 'r' [2,4] is not a bias along the last axis of the product [2,4]")
 
@@ -129,11 +129,10 @@ IDS = ["relu", "gelu", "gelu_tanh", "silu"]
 @pytest.mark.parametrize("rule, act, attr", EPILOGUES, ids=IDS)
 @pytest.mark.parametrize("shape", [(2, 5, 16), (4, 16)], ids=["matmul", "gemm"])
 def test_activation_joins_the_product(rule, act, attr, shape):
-    """3-D input: MatMul+Add+act; 2-D input: Gemm+act (the second Gemm has nothing to fuse)."""
+    """3-D input: MatMul+Add+act; 2-D input: Gemm+act (the second Gemm is a plain linear)."""
     graph, report = fuse(torch_model(Mlp(act), shape), level=1)
     assert matched(report, rule) == 1
-    second = "Gemm" if len(shape) == 2 else "autofusion::FusedMatMul"
-    assert ops(graph) == ["autofusion::FusedMatMul", second]
+    assert ops(graph) == ["autofusion::FusedMatMul", "autofusion::FusedMatMul"]
     assert attr in str(graph).splitlines()[-2] and "activation" not in str(graph).splitlines()[-1]
 
 
@@ -158,7 +157,7 @@ def test_gemm_relu_golden():
 def test_activation_after_a_shared_product_is_left_alone():
     nodes = [node("MatMul", ["x", "w"], ["y"]), node("Relu", ["y"], ["z"]), node("Neg", ["y"], ["n"])]
     graph, report = fuse(onnx_model(nodes, {"x": (2, 4)}, ["z", "n"], {"w": rng_array(4, 4)}))
-    assert ops(graph) == ["MatMul", "Relu", "Neg"]
+    assert ops(graph) == ["autofusion::FusedMatMul", "Relu", "Neg"]
     assert near_miss(report, "MatMulReluFusionOp") == "'y' is also used by Neg 'n', so it must stay in memory"
 
 
@@ -322,3 +321,20 @@ def test_batched_product_runs_generically_and_equals_its_decomposition():
     got = fn(*map(torch.from_numpy, args)).numpy()
     want = autofusion.compile(decompose(g.nodes[0]), level=0)(*args)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+# ---- a linear layer on its own ----------------------------------------------------------------
+
+def test_gemm_by_a_constant_matrix_becomes_a_linear_kernel():
+    nodes = [node("Gemm", ["x", "w", "c"], ["y"], transB=1)]
+    model = onnx_model(nodes, {"x": (3, 4)}, ["y"], {"w": rng_array(5, 4), "c": rng_array(5)})
+    graph, report = fuse(model, level=1)
+    assert matched(report, "LinearFusionOp") == 1
+    assert str(graph).splitlines()[-1] == "  y: float[3,5] = autofusion::FusedMatMul[trans_b=1](x, w, c)"
+    assert_same_outputs(model, level=1, rtol=1e-5)
+
+
+def test_product_of_two_activations_is_not_a_linear_layer():
+    nodes = [node("MatMul", ["x", "w"], ["y"])]
+    graph, report = fuse(onnx_model(nodes, {"x": (3, 4), "w": (4, 5)}, ["y"]), level=1)
+    assert ops(graph) == ["MatMul"] and not report.near_misses
