@@ -15,7 +15,7 @@ from typing import Iterable
 from ..errors import AutofusionError
 from ..ir import Graph
 from ..passes import (Evaluator, eliminate_common_subexpressions, eliminate_dead_code,
-                      fold_constants, fold_static_shapes)
+                      fold_constants, fold_static_shapes, resolve_cast_like)
 from .cost import seconds
 from .report import FusionReport, NearMissReport, RuleReport
 from .rule import Rule, apply_rules
@@ -62,7 +62,8 @@ def resolve_controls(level: int | None, disable: Iterable[str] | str | None) -> 
 def cleanup(graph: Graph, evaluate: Evaluator | None, counts: dict[str, int]) -> None:
     for _ in range(8):   # each pass can expose work for another; a guard bounds the loop
         changed = 0
-        for name, run in (("static shapes folded", fold_static_shapes),
+        for name, run in (("CastLike resolved", resolve_cast_like),
+                          ("static shapes folded", fold_static_shapes),
                           ("constants folded", (lambda g: fold_constants(g, evaluate)) if evaluate else None),
                           ("duplicates merged", eliminate_common_subexpressions),
                           ("dead nodes removed", eliminate_dead_code)):

@@ -142,3 +142,22 @@ def fold_static_shapes(graph: Graph) -> int:
         graph.remove(node)
         folded += 1
     return folded
+
+
+def resolve_cast_like(graph: Graph) -> int:
+    """CastLike(x, like) with `like`'s dtype known becomes Cast(x, to=dtype): it no longer reads
+    an activation, so a constant x folds (dynamo exports build zero biases this way)."""
+    resolved = 0
+    for node in graph.nodes:
+        if node.domain or node.op_type != "CastLike" or node.inputs[1].dtype is None:
+            continue
+        cast = graph.add_node("Cast", [node.inputs[0]], [graph.fresh_name(node.outputs[0].name)],
+                              {"to": int(node.inputs[1].dtype)}, graph.fresh_name(node.name),
+                              origin=node.origin)
+        out = cast.outputs[0]
+        out.shape, out.dtype = node.outputs[0].shape, node.inputs[1].dtype
+        graph.replace_all_uses(node.outputs[0], out)
+        node.outputs[0].name, out.name = out.name, node.outputs[0].name
+        graph.remove(node)
+        resolved += 1
+    return resolved

@@ -155,3 +155,18 @@ def test_the_pipeline_cleans_to_a_fixed_point():
     assert [n.op for n in compiled.graph.nodes] == ["MatMul"]
     assert compiled.report.passes["constants folded"] == 2
     assert_same_as_original(model, compiled.graph)
+
+
+# ---- CastLike with a known target type -----------------------------------------------------------
+
+def test_cast_like_of_a_constant_becomes_a_foldable_cast():
+    """dynamo's zero bias: Expand(CastLike(0, activation), Shape(weight)[:1]) folds to a constant."""
+    nodes = [node("Relu", ["x"], ["r"]), node("CastLike", ["zero", "r"], ["z"]),
+             node("Add", ["r", "z"], ["y"])]
+    model = onnx_model(nodes, {"x": (2, 3)}, ["y"], {"zero": np.array(0, np.float64)})
+    graph = import_onnx(model)
+    assert cleanup.resolve_cast_like(graph) == 1
+    assert [n.op_type for n in graph.nodes] == ["Relu", "Cast", "Add"]
+    assert fold_constants(graph, evaluate_node) == 1
+    assert [n.op_type for n in graph.nodes] == ["Relu", "Add"]
+    assert_same_as_original(model, graph)
