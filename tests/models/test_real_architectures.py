@@ -65,3 +65,21 @@ def test_symbolic_batch_runs_at_another_size():
     compiled = autofusion.compile(model)
     x = np.random.default_rng(1).standard_normal((3, 3, 64, 64)).astype(np.float32)
     assert_close(compiled(x), ort_run(model, {"image": x})[0])
+
+
+EXPECTED_FUSIONS = {   # what level 2 must find in each CI-sized architecture
+    "resnet_stack": {"ConvBNReluFusionOp": 7, "ConvAddReluFusionOp": 3, "ConvBNFusionOp": 2,
+                     "PoolGemmFusionOp": 1},
+    "mobilenet_block": {"ConvBNFusionOp": 4, "ConvFusionOp": 2, "ConvActivationFusionOp": 5,
+                        "ConvAddFusionOp": 1, "PoolGemmFusionOp": 1},   # 6 convs, 5 activated
+    "bert_layer": {"AttentionFusionOp": 1, "AddLayerNormFusionOp": 2, "MatMulBiasFusionOp": 6,
+                   "MatMulGeluFusionOp": 1},
+}
+
+
+def test_expected_fusions_appear_in_the_report(arch):
+    name, model, feeds = arch
+    report = autofusion.compile(model, level=2).report
+    counts = {r.name: r.matched for r in report.rules}
+    assert {k: counts.get(k, 0) for k in EXPECTED_FUSIONS[name]} == EXPECTED_FUSIONS[name]
+    assert report.ops_after < report.ops_before

@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from ...ir import Node
+from ...ir.geometry import explicit_pads, split_total
 from .common import Kernel, kernel
 from .tensor import planned, torch_pads
 
@@ -31,26 +32,14 @@ def _spatial_rank(node: Node) -> int:
     return ranks[0]
 
 
-def _split_total(totals: list[int], upper: bool) -> list[int]:
-    """Total padding per axis → ONNX [begins..., ends...]; SAME_UPPER puts the odd unit at the end."""
-    small, big = [t // 2 for t in totals], [t - t // 2 for t in totals]
-    return small + big if upper else big + small
-
-
 def _is_same(node: Node) -> bool:
     return node.attr("auto_pad", "NOTSET") in ("SAME_UPPER", "SAME_LOWER")
 
 
 def _pads(node: Node, sizes, kernel, strides, dilations) -> list[int]:
     """The node's pads [begins..., ends...] for input spatial `sizes` (only SAME_* needs them)."""
-    auto_pad, nd = node.attr("auto_pad", "NOTSET"), len(strides)
-    if auto_pad == "VALID":
-        return [0] * (2 * nd)
-    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):  # output ceil(n / s), window (k-1)*d+1
-        totals = [max((-(-n // s) - 1) * s + (k - 1) * d + 1 - n, 0)
-                  for n, k, s, d in zip(sizes, kernel, strides, dilations)]
-        return _split_total(totals, auto_pad == "SAME_UPPER")
-    return list(node.attr("pads") or [0] * (2 * nd))
+    return explicit_pads(node.attr("auto_pad", "NOTSET"), node.attr("pads"), sizes, kernel,
+                         strides, dilations)
 
 
 # ---- conv -----------------------------------------------------------------------------------
@@ -87,7 +76,7 @@ def _conv_transpose(node: Node) -> Kernel:
             target = out_shape[-nd:] if out_shape else [n * s for n, s in zip(xs[2:], strides)]
             totals = [s * (n - 1) + o + (k - 1) * d + 1 - t for n, s, o, k, d, t in
                       zip(xs[2:], strides, out_pad, kernel_, dilations, target)]
-            p = _split_total(totals, node.attr("auto_pad") == "SAME_UPPER")
+            p = split_total(totals, node.attr("auto_pad") == "SAME_UPPER")
         begins, ends = p[:nd], p[nd:]
         torch_ok = all(o < max(s, d) for o, s, d in zip(out_pad, strides, dilations))
         if begins == ends and min(begins) >= 0 and torch_ok:

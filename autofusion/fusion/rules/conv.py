@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ir import DType, Node, Value
+from ...ir import DType, Node, Value, geometry
 from ...ir.builder import FUSED_DOMAIN as FUSED
 from ...ir.fused_ops import ACTIVATIONS, activation_attrs
 from ..pattern import Match, attr_value
@@ -136,21 +136,10 @@ def clip_bounds(clip: Node) -> tuple[float | None, float | None]:
 def explicit_pads(conv: Node) -> list[int] | None:
     """The conv's pads [begins…, ends…], auto_pad resolved; None where that needs unknown sizes."""
     nd = conv.inputs[1].rank - 2
-    auto_pad = attr_value(conv, "auto_pad") or "NOTSET"
-    if auto_pad == "NOTSET":
-        return list(conv.attr("pads") or [0] * 2 * nd)
-    if auto_pad == "VALID":
-        return [0] * 2 * nd
-    sizes = (conv.inputs[0].shape or [None] * (nd + 2))[2:]
-    if not all(isinstance(n, int) for n in sizes):
-        return None
-    kernel = conv.inputs[1].shape[2:]
-    strides = conv.attr("strides") or [1] * nd
-    dilations = conv.attr("dilations") or [1] * nd
-    totals = [max((-(-n // s) - 1) * s + (k - 1) * d + 1 - n, 0)   # output ceil(n / s)
-              for n, k, s, d in zip(sizes, kernel, strides, dilations)]
-    small, big = [t // 2 for t in totals], [t - t // 2 for t in totals]
-    return small + big if auto_pad == "SAME_UPPER" else big + small
+    return geometry.explicit_pads(attr_value(conv, "auto_pad") or "NOTSET", conv.attr("pads"),
+                                  (conv.inputs[0].shape or [None] * (nd + 2))[2:],
+                                  conv.inputs[1].shape[2:], conv.attr("strides") or [1] * nd,
+                                  conv.attr("dilations") or [1] * nd)
 
 
 # ---- checks ---------------------------------------------------------------------------------
