@@ -15,7 +15,7 @@ from typing import Iterable
 from ..errors import AutofusionError
 from ..ir import Graph
 from ..passes import (Evaluator, eliminate_common_subexpressions, eliminate_dead_code,
-                      fold_constants, fold_static_shapes, resolve_cast_like)
+                      fold_constants, fold_static_shapes, refine_shapes, resolve_cast_like)
 from .cost import seconds
 from .report import FusionReport, NearMissReport, RuleReport
 from .rule import Rule, apply_rules
@@ -65,6 +65,7 @@ def cleanup(graph: Graph, evaluate: Evaluator | None, counts: dict[str, int]) ->
         for name, run in (("CastLike resolved", resolve_cast_like),
                           ("static shapes folded", fold_static_shapes),
                           ("constants folded", (lambda g: fold_constants(g, evaluate)) if evaluate else None),
+                          ("shapes refined", refine_shapes),
                           ("duplicates merged", eliminate_common_subexpressions),
                           ("dead nodes removed", eliminate_dead_code)):
             if run is None:

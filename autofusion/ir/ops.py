@@ -11,6 +11,7 @@ passes can type the nodes they create).
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -132,6 +133,30 @@ def _matmul(node: Node):
     return [(tuple(out) if batch is not None else None, a.dtype)]
 
 
+def _expand(node: Node):
+    x, shape = node.inputs[0], node.inputs[1]
+    if shape.const is None:
+        return [(None, x.dtype)]
+    return [(broadcast_shapes(x.shape, tuple(int(d) for d in shape.const.reshape(-1))), x.dtype)]
+
+
+def _reshape(node: Node):
+    x, shape = node.inputs[0], node.inputs[1]
+    if shape.const is None:
+        return [(None, x.dtype)]
+    dims: list[Dim] = [int(d) for d in shape.const.reshape(-1)]
+    if not node.attrs.get("allowzero", 0):
+        for i, d in enumerate(dims):
+            if d == 0:   # 0 copies the input's dim
+                dims[i] = x.shape[i] if x.shape is not None and i < len(x.shape) else None
+    if -1 in dims:
+        known = [d for d in dims if d != -1]
+        total = None if not x.is_static else math.prod(x.shape)
+        rest = math.prod(known) if all(isinstance(d, int) for d in known) else None
+        dims[dims.index(-1)] = total // rest if total is not None and rest else None
+    return [(tuple(dims), x.dtype)]
+
+
 def _shape_op(node: Node):
     x = node.inputs[0]
     if x.shape is None:
@@ -171,8 +196,10 @@ register(OpDef("BatchNormalization", B))     # per-channel affine at inference
 
 for _name in ["Transpose"]:
     register(OpDef(_name, I, _transpose))
-for _name in ["Reshape", "Flatten", "Squeeze", "Unsqueeze", "Concat", "Split", "Slice", "Gather",
-              "GatherElements", "GatherND", "Expand", "Tile", "Pad", "DepthToSpace",
+register(OpDef("Expand", I, _expand))
+register(OpDef("Reshape", I, _reshape))
+for _name in ["Flatten", "Squeeze", "Unsqueeze", "Concat", "Split", "Slice", "Gather",
+              "GatherElements", "GatherND", "Tile", "Pad", "DepthToSpace",
               "SpaceToDepth", "Trilu", "ScatterElements", "ScatterND", "ReverseSequence",
               "Resize", "Upsample"]:
     register(OpDef(_name, I))

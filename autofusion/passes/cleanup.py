@@ -161,3 +161,30 @@ def resolve_cast_like(graph: Graph) -> int:
         graph.remove(node)
         resolved += 1
     return resolved
+
+
+def _sharper(old: tuple, new: tuple) -> bool:
+    """new says more than old and never contradicts it: same rank, a size where old had none."""
+    return len(old) == len(new) and any(not isinstance(o, int) and isinstance(n, int)
+                                        for o, n in zip(old, new)) and \
+        all(not isinstance(o, int) or o == n for o, n in zip(old, new))
+
+
+def refine_shapes(graph: Graph) -> int:
+    """Re-derive output shapes with the op table's rules where folding made inputs constant:
+    an Expand to a shape computed from static dims then has a static shape too, and the rules
+    that check shapes (broadcasts, biases, masks) can tell."""
+    refined = 0
+    for node in graph.nodes:
+        opdef = lookup(node.domain, node.op_type)
+        if opdef is None or opdef.infer is None:
+            continue
+        try:
+            types = opdef.infer(node) or ()
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError):
+            continue
+        for v, (shape, _) in zip(node.outputs, types):
+            if shape is not None and (v.shape is None or _sharper(v.shape, shape)):
+                v.shape = tuple(shape)
+                refined += 1
+    return refined

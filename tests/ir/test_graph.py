@@ -157,3 +157,13 @@ def test_random_chains_stay_valid_under_mutation(data):
             g.replace_all_uses(node.outputs[0], node.inputs[0])
             g.remove(node)
             g.verify()
+
+
+def test_reshape_and_expand_shape_rules_read_constant_shapes():
+    g = Graph()
+    x = g.add_input("x", (2, 3, 4), DType.FLOAT)
+    r = g.add_node("Reshape", [x, g.add_constant("s", np.array([0, -1], np.int64))])
+    assert lookup("", "Reshape").infer(r) == [((2, 12), DType.FLOAT)]
+    y = g.add_input("y", ("N", 1, 4), DType.FLOAT)
+    e = g.add_node("Expand", [y, g.add_constant("t", np.array([5, 4], np.int64))])
+    assert lookup("", "Expand").infer(e) == [(("N", 5, 4), DType.FLOAT)]

@@ -170,3 +170,25 @@ def test_cast_like_of_a_constant_becomes_a_foldable_cast():
     assert fold_constants(graph, evaluate_node) == 1
     assert [n.op_type for n in graph.nodes] == ["Relu", "Add"]
     assert_same_as_original(model, graph)
+
+
+# ---- shapes re-derived after folding ----------------------------------------------------------
+
+def test_expand_to_a_folded_shape_gets_a_static_shape():
+    """BERT's 4-D mask: Expand(mask, Concat(Shape(ids)[0], 1, S, S)) is static once folded."""
+    nodes = [node("Shape", ["x"], ["s"]), node("Gather", ["s", "zero"], ["b"], axis=0),
+             node("Unsqueeze", ["b", "zero1"], ["b1"]), node("Concat", ["b1", "tail"], ["shape"], axis=0),
+             node("Expand", ["x", "shape"], ["e"]), node("Relu", ["e"], ["y"])]
+    model = onnx_model(nodes, {"x": (2, 1, 1, 4)}, ["y"],
+                       {"zero": np.array(0, np.int64), "zero1": np.array([0], np.int64),
+                        "tail": np.array([3, 4, 4], np.int64)})
+    graph = import_onnx(model)
+    graph.nodes[-1].outputs[0].shape = ("unk__0", "unk__1", 4, 4)   # what inference may leave
+    expand = next(n for n in graph.nodes if n.op_type == "Expand")
+    expand.outputs[0].shape = ("unk__0", "unk__1", 4, 4)
+    while fold_static_shapes(graph) + fold_constants(graph, evaluate_node):
+        pass
+    assert cleanup.refine_shapes(graph) == 2
+    assert expand.outputs[0].shape == (2, 3, 4, 4) and graph.nodes[-1].outputs[0].shape == (2, 3, 4, 4)
+    assert cleanup.refine_shapes(graph) == 0   # a fixed point
+    assert_same_as_original(model, graph)
