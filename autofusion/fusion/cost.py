@@ -49,8 +49,8 @@ def flops(node: Node) -> float:
         q = node.inputs[0]
         if q.shape is None or len(q.shape) < 2:
             return 0.0
-        s, d = (x if isinstance(x, int) else 1 for x in q.shape[-2:])
-        return 4.0 * numel(q) * s
+        seq = q.shape[-2] if isinstance(q.shape[-2], int) else 1
+        return 4.0 * numel(q) * seq   # q·kᵀ and p·v, each 2·[seq × head_dim × seq] per head
     return 0.0
 
 

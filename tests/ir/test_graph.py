@@ -144,7 +144,7 @@ def test_random_chains_stay_valid_under_mutation(data):
     """Build a random DAG of unary/binary ops, bypass random nodes, and verify() each time."""
     g = Graph()
     vals = [g.add_input("x0", (4,), DType.FLOAT), g.add_input("x1", (4,), DType.FLOAT)]
-    for i in range(data.draw(st.integers(1, 12))):
+    for _ in range(data.draw(st.integers(1, 12))):
         if data.draw(st.booleans()):
             n = g.add_node("Relu", [data.draw(st.sampled_from(vals))])
         else:
