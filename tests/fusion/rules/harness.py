@@ -62,3 +62,19 @@ def assert_same_outputs(model: onnx.ModelProto, level: int = 2, rtol: float = 1e
             w, g = want[name].astype(np.float64), got[name].astype(np.float64)
             err = np.abs(w - g).max()
             assert err <= rtol * np.abs(w).max() + 1e-6, f"{name}: max abs diff {err:.3g}"
+
+
+def ops(graph: Graph) -> list[str]:
+    return [n.op for n in graph.nodes]
+
+
+def node(op: str, ins: list[str], outs: list[str], **attrs) -> onnx.NodeProto:
+    """An onnx.helper node named after its first output."""
+    return helper.make_node(op, ins, outs, name=outs[0], **attrs)
+
+
+def near_miss(report, rule: str) -> str:
+    """The reason of the rule's one near-miss."""
+    [miss] = [m for m in report.near_misses if m.rule == rule]
+    return miss.reason
+

@@ -7,27 +7,19 @@ import math
 import numpy as np
 import pytest
 import torch
-from onnx import helper
 
 import autofusion
 from tests.models.architectures import BertLayer, bert_layer, export
 
-from .harness import assert_same_outputs, fuse, matched, onnx_model, torch_model
+from .harness import assert_same_outputs, fuse, matched, near_miss, node, onnx_model, ops, torch_model
 
 LOWEST = np.finfo(np.float32).min
 
 
-def ops(graph) -> list[str]:
-    return [n.op for n in graph.nodes]
 
 
-def node(op, ins, outs, **attrs):
-    return helper.make_node(op, ins, outs, name=outs[0], **attrs)
 
 
-def near_miss(report, rule: str) -> str:
-    [miss] = [m for m in report.near_misses if m.rule == rule]
-    return miss.reason
 
 
 class ScaledDotProduct(torch.nn.Module):   # q, k, v, mask: [B, H, S, D] and [B, 1, 1, S]

@@ -15,20 +15,13 @@ from autofusion.ir import DType, Graph
 from autofusion.ir.builder import GraphBuilder
 from autofusion.ir.fused_ops import activation_attrs, decompose
 
-from .harness import assert_same_outputs, fuse, matched, onnx_model, torch_model
+from .harness import assert_same_outputs, fuse, matched, near_miss, node, onnx_model, ops, torch_model
 
 
-def ops(graph) -> list[str]:
-    return [n.op for n in graph.nodes]
 
 
-def node(op, ins, outs, **attrs):
-    return helper.make_node(op, ins, outs, name=outs[0], **attrs)
 
 
-def near_miss(report, rule: str) -> str:
-    [miss] = [m for m in report.near_misses if m.rule == rule]
-    return miss.reason
 
 
 def rng_array(*shape, seed=0):

@@ -7,11 +7,9 @@ import pytest
 import torch
 from onnx import helper
 
-from .harness import assert_same_outputs, fuse, matched, onnx_model, torch_model
+from .harness import assert_same_outputs, fuse, matched, onnx_model, ops, torch_model
 
 
-def ops(graph) -> list[str]:
-    return [n.op for n in graph.nodes]
 
 
 # ---- modules written the ways code bases write them ----------------------------------------

@@ -7,15 +7,11 @@ import pytest
 import torch
 from onnx import helper
 
-from .harness import assert_same_outputs, fuse, matched, onnx_model, torch_model
+from .harness import assert_same_outputs, fuse, matched, node, onnx_model, ops, torch_model
 
 
-def ops(graph) -> list[str]:
-    return [n.op for n in graph.nodes]
 
 
-def node(op, ins, outs, **attrs):
-    return helper.make_node(op, ins, outs, name=outs[0], **attrs)
 
 
 # ---- from an exported module: every redundancy at once -----------------------------------------
