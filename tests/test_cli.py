@@ -72,7 +72,7 @@ def test_compile_prints_the_report_and_writes_the_fused_file_and_json(capsys, tm
     out, report = tmp_path / "fused.onnx", tmp_path / "report.json"
     assert main(["compile", str(EXAMPLE), "-o", str(out), "--report", str(report), "--level", "2"]) == 0
     text = capsys.readouterr().out
-    assert "Graph Fusion Report" in text and "Total operators before fusion: 43" in text
+    assert "Graph Fusion Report" in text and "Total operators before fusion: 31" in text
     onnx.checker.check_model(onnx.load(out))
     import json
     assert json.loads(report.read_text())["level"] == 2
