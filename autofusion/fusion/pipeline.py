@@ -67,7 +67,7 @@ def cleanup(graph: Graph, evaluate: Evaluator | None, counts: dict[str, int]) ->
                           ("constants folded", (lambda g: fold_constants(g, evaluate)) if evaluate else None),
                           ("shapes refined", refine_shapes),
                           ("duplicates merged", eliminate_common_subexpressions),
-                          ("dead nodes removed", eliminate_dead_code)):
+                          ("unused nodes and constants removed", eliminate_dead_code)):
             if run is None:
                 continue
             n = run(graph)
