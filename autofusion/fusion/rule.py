@@ -65,18 +65,14 @@ class RewriteResult:
     seconds_after: dict[str, float] = field(default_factory=dict)
     fused_into: dict[str, set[str]] = field(default_factory=dict)   # rule -> op types made
 
-    @property
-    def changed(self) -> bool:
-        return any(self.counts.values())
-
 
 class Rewriter(GraphBuilder):
     """The `op` of a replacement: `op.FusedConv(x, w, b, activation="Relu")` adds a node,
     named after the first matched node, standing for all matched nodes, tagged with the rule."""
 
     def __init__(self, graph: Graph, rule: Rule, match: Match):
-        matched = match.matched_nodes
-        super().__init__(graph, min(matched, key=graph.insertion_index).name,
+        matched = sorted(match.matched_nodes, key=graph.insertion_index)   # file order
+        super().__init__(graph, matched[0].name,
                          tuple(dict.fromkeys(o for n in matched for o in n.origin)))
         self.rule, self.match = rule, match
 

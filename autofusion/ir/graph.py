@@ -92,9 +92,12 @@ class Node:
         return self.inputs[i] if i < len(self.inputs) else None
 
     def describe(self) -> str:
-        where = f" (from ONNX node {', '.join(map(repr, self.origin))})" if self.origin and \
-            self.origin != (self.name,) else ""
-        return f"node {self.name!r} ({self.op}){where}"
+        """For errors: the node, its op, the rule that made it and the ONNX nodes it stands for."""
+        facts = [f"made by {self.meta['rule']}"] if "rule" in self.meta else []
+        if self.origin and self.origin != (self.name,):
+            facts.append(f"from ONNX node{'s' if len(self.origin) > 1 else ''} "
+                         + ", ".join(map(repr, self.origin)))
+        return f"node {self.name!r} ({self.op})" + (f" [{'; '.join(facts)}]" if facts else "")
 
     def __repr__(self) -> str:
         return f"<Node {self.name!r} {self.op}>"

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from onnx import TensorProto, helper, numpy_helper
 
@@ -39,3 +40,19 @@ def test_numpy_in_numpy_out_torch_in_torch_out():
     out = model(torch.from_numpy(x))
     assert isinstance(out, torch.Tensor)
     np.testing.assert_array_equal(out.numpy(), model(x))
+
+
+def test_a_failing_fused_kernel_names_the_rule_and_the_original_nodes():
+    g = helper.make_graph(
+        [helper.make_node("Sigmoid", ["x"], ["s"], name="/act/Sigmoid"),
+         helper.make_node("Mul", ["x", "s"], ["y"], name="/act/Mul")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = autofusion.compile(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), level=1)
+    [fused] = model.graph.nodes
+    model.program.fn.__globals__["k0"] = lambda x: 1 / 0   # a kernel that breaks at run time
+    with pytest.raises(autofusion.NodeExecutionError) as e:
+        model(np.ones(3, np.float32))
+    assert str(e.value).startswith(
+        "While executing node '/act/Sigmoid_1' (autofusion::Activation) [made by SiLUFusionOp; "
+        "from ONNX nodes '/act/Sigmoid', '/act/Mul']: ZeroDivisionError")
