@@ -134,8 +134,9 @@ def cmd_info(args) -> int:
     print("outputs:")
     for vi in g.output:
         print(f"  {fmt(vi)}")
-    print(f"constants: {len(inits)} initializers, "
-          f"{sum(onnx.numpy_helper.to_array(t).nbytes for t in g.initializer) / 1e6:.1f} MB")
+    size = sum(int(np.prod(t.dims)) * onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+               for t in g.initializer)   # from the header: no weight is decoded
+    print(f"constants: {len(inits)} initializers, {size / 1e6:.1f} MB")
     hist: dict[str, int] = {}
     unsupported: dict[str, list[str]] = {}
     for i, n in enumerate(g.node):

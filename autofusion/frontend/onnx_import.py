@@ -142,10 +142,6 @@ def attribute_value(a: onnx.AttributeProto):
     return value
 
 
-def tensor_to_numpy(t: onnx.TensorProto) -> np.ndarray:
-    return numpy_helper.to_array(t)
-
-
 def _check_defined(g: onnx.GraphProto, where: str) -> None:
     defined = {v.name for v in g.input} | {t.name for t in g.initializer} | \
         {o for n in g.node for o in n.output}
@@ -173,8 +169,6 @@ def import_onnx(source: str | os.PathLike | onnx.ModelProto) -> Graph:
     g = model.graph
     opset = {(imp.domain if imp.domain != "ai.onnx" else ""): imp.version for imp in model.opset_import}
     graph = Graph(g.name or "main", opset)
-    graph.metadata = {"producer": model.producer_name, "ir_version": model.ir_version,
-                      "doc": {p.key: p.value for p in model.metadata_props}}
 
     types = {vi.name: value_type(vi) for vi in [*g.value_info, *g.input, *g.output]}
     values: dict[str, Value] = {}
@@ -187,7 +181,7 @@ def import_onnx(source: str | os.PathLike | onnx.ModelProto) -> Graph:
     try:
         initializers = {t.name for t in g.initializer}
         for t in g.initializer:
-            values[t.name] = graph.add_constant(t.name, tensor_to_numpy(t), DType(t.data_type))
+            values[t.name] = graph.add_constant(t.name, numpy_helper.to_array(t), DType(t.data_type))
         for vi in g.input:
             if vi.name in initializers:  # old-style models list initializers as inputs too
                 continue

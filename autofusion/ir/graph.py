@@ -119,7 +119,6 @@ class Graph:
         self._stamp = itertools.count()
         self._names: set[str] = set()        # value names (unique)
         self._node_names: set[str] = set()   # node names (kept unique for names we make)
-        self.metadata: dict[str, Any] = {}
 
     # ---- building ---------------------------------------------------------------------
     def add_input(self, name: str, shape: Shape, dtype: DType | None) -> Value:
