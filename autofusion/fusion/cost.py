@@ -39,7 +39,7 @@ def flops(node: Node) -> float:
             return 0.0
         per_out = math.prod(d if isinstance(d, int) else 1 for d in w.shape[1:])
         return 2.0 * numel(out) * per_out
-    if node.op_type in ("MatMul", "Gemm", "FusedMatMul", "PoolGemm"):
+    if node.op_type in ("MatMul", "Gemm", "FusedMatMul", "NormMatMul", "PoolGemm"):
         a = node.inputs[0]
         k = a.shape[-1] if a.shape and isinstance(a.shape[-1], int) else 1
         if node.op_type == "Gemm" and node.attr("transA", 0) and a.shape:

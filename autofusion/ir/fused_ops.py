@@ -17,7 +17,7 @@ import numpy as np
 
 from .builder import FUSED_DOMAIN, GraphBuilder
 from .graph import Graph, Node, Value
-from .ops import OpClass, OpDef, register
+from .ops import OpClass, OpDef, matmul_shape, register
 
 Decompose = Callable[..., "list[Value]"]
 DECOMPOSITIONS: dict[str, Decompose] = {}
@@ -34,6 +34,17 @@ def fused_op(name: str, op_class: OpClass, infer=None):
 
 def _same_as_input(node: Node):
     return [(node.inputs[0].shape, node.inputs[0].dtype)]
+
+
+def _product(node: Node):
+    """op(A)·op(B), the operands' last two axes swapped where trans_a/trans_b say."""
+    def operand(v: Value, transposed: int):
+        if v.shape is None or not transposed or len(v.shape) < 2:
+            return v.shape
+        return (*v.shape[:-2], v.shape[-1], v.shape[-2])
+    a, b = node.inputs[0], node.inputs[1]
+    return [(matmul_shape(operand(a, node.attr("trans_a", 0)), operand(b, node.attr("trans_b", 0))),
+             a.dtype)]
 
 
 # ---- activations ------------------------------------------------------------------------
@@ -97,7 +108,7 @@ def fused_conv(op: GraphBuilder, node: Node, x, w, b=None, z=None):
     return [apply_activation(op, node, y)]
 
 
-@fused_op("FusedMatMul", OpClass.COMPLEX)
+@fused_op("FusedMatMul", OpClass.COMPLEX, _product)
 def fused_matmul(op: GraphBuilder, node: Node, a, b, c=None):
     """act(alpha·(Aᵀ?·Bᵀ?) + beta·C): MatMul/Gemm with transposes, scale, bias and activation."""
     rank = lambda v: len(v.shape) if v.shape is not None else 2  # noqa: E731
@@ -124,19 +135,38 @@ def layer_norm(op: GraphBuilder, node: Node, x, scale=None, bias=None, residual=
     residual add in front of it; scale and bias (of the normalized shape) may be omitted."""
     if residual is not None:
         x = op.Add(x, residual)
-    axes = list(range(node.attr("axis", -1) % len(x.shape), len(x.shape)))
-    centered = op.Sub(x, reduce_mean(op, x, axes))
-    var = reduce_mean(op, op.Mul(centered, centered), axes)
-    y = op.Div(centered, op.Sqrt(op.Add(var, _scalar(op, node.attr("epsilon", 1e-5), x))))
-    return [_affine(op, y, scale, bias)]
+    return [_affine(op, _standardized(op, x, node.attr("axis", -1), node.attr("epsilon", 1e-5)),
+                    scale, bias)]
 
 
 @fused_op("RMSNorm", OpClass.REDUCTION, _same_as_input)
 def rms_norm(op: GraphBuilder, node: Node, x, scale=None):
     """x / √(mean(x², axis) + ε) · scale over the axes from `axis` on; scale may be omitted."""
-    axes = list(range(node.attr("axis", -1) % len(x.shape), len(x.shape)))
-    rms = op.Sqrt(op.Add(reduce_mean(op, op.Mul(x, x), axes), _scalar(op, node.attr("epsilon", 1e-6), x)))
-    return [_affine(op, op.Div(x, rms), scale)]
+    return [_affine(op, _rms_scaled(op, x, node.attr("axis", -1), node.attr("epsilon", 1e-6)), scale)]
+
+
+@fused_op("NormMatMul", OpClass.COMPLEX, _product)
+def norm_matmul(op: GraphBuilder, node: Node, x, b, c=None, residual=None):
+    """FusedMatMul(norm(x + residual), b, c): a LayerNorm or RMSNorm (`norm`) over the last axis,
+    without scale or bias (the rule folds those into b and c), feeding a linear layer."""
+    if residual is not None:
+        x = op.Add(x, residual)
+    normalize = _standardized if node.attr("norm") == "LayerNorm" else _rms_scaled
+    return fused_matmul(op, node, normalize(op, x, -1, node.attr("epsilon")), b, c)
+
+
+def _standardized(op: GraphBuilder, x: Value, axis: int, epsilon: float) -> Value:
+    """(x − E[x]) / √(Var[x] + ε) over the axes from `axis` on."""
+    axes = list(range(axis % len(x.shape), len(x.shape)))
+    centered = op.Sub(x, reduce_mean(op, x, axes))
+    var = reduce_mean(op, op.Mul(centered, centered), axes)
+    return op.Div(centered, op.Sqrt(op.Add(var, _scalar(op, epsilon, x))))
+
+
+def _rms_scaled(op: GraphBuilder, x: Value, axis: int, epsilon: float) -> Value:
+    """x / √(E[x²] + ε) over the axes from `axis` on."""
+    axes = list(range(axis % len(x.shape), len(x.shape)))
+    return op.Div(x, op.Sqrt(op.Add(reduce_mean(op, op.Mul(x, x), axes), _scalar(op, epsilon, x))))
 
 
 def _affine(op: GraphBuilder, y: Value, scale: Value | None, bias: Value | None = None) -> Value:

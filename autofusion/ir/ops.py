@@ -118,11 +118,11 @@ def _transpose(node: Node):
     return [(tuple(x.shape[p] for p in perm), x.dtype)]
 
 
-def _matmul(node: Node):
-    a, b = node.inputs[0], node.inputs[1]
-    if a.shape is None or b.shape is None or not a.shape or not b.shape:
-        return [(None, a.dtype)]
-    sa, sb = list(a.shape), list(b.shape)
+def matmul_shape(a: Shape, b: Shape) -> Shape:
+    """The shape of numpy's matmul(a, b); None where it cannot be known."""
+    if a is None or b is None or not a or not b:
+        return None
+    sa, sb = list(a), list(b)
     squeeze_a, squeeze_b = len(sa) == 1, len(sb) == 1
     if squeeze_a:
         sa = [1] + sa
@@ -130,7 +130,12 @@ def _matmul(node: Node):
         sb = sb + [1]
     batch = broadcast_shapes(tuple(sa[:-2]), tuple(sb[:-2]))
     out = list(batch or ()) + ([] if squeeze_a else [sa[-2]]) + ([] if squeeze_b else [sb[-1]])
-    return [(tuple(out) if batch is not None else None, a.dtype)]
+    return tuple(out) if batch is not None else None
+
+
+def _matmul(node: Node):
+    a, b = node.inputs[0], node.inputs[1]
+    return [(matmul_shape(a.shape, b.shape), a.dtype)]
 
 
 def _expand(node: Node):

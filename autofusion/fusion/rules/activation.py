@@ -35,12 +35,20 @@ def gelu_erf_replace(op, m):
 
 # ---- GELU, tanh approximation: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) -----------------
 
-def gelu_tanh(op, x):
-    return x * 0.5 * (op.Tanh(SQRT_2_OVER_PI * (x + 0.044715 * op.Pow(x, 3))) + 1)
+def cube_by_pow(op, x):
+    return op.Pow(x, 3)
 
 
-def gelu_tanh_cubed_by_mul(op, x):
-    return x * 0.5 * (op.Tanh(SQRT_2_OVER_PI * (x + 0.044715 * (x * x * x))) + 1)
+def cube_by_mul(op, x):     # torch's own nn.GELU(approximate="tanh") export
+    return x * x * x
+
+
+def gelu_tanh(cube, half_first: bool):
+    def pattern(op, x):
+        t = op.Tanh(SQRT_2_OVER_PI * (x + 0.044715 * cube(op, x))) + 1
+        return x * 0.5 * t if half_first else x * t * 0.5
+    pattern.__name__ = f"gelu_tanh_{cube.__name__}{'_half_first' if half_first else ''}"
+    return pattern
 
 
 def gelu_tanh_replace(op, m):
@@ -88,7 +96,8 @@ RULES = [
     Rule("GeluFusionOp", 1, "GELU spelled 0.5·x·(1+erf(x/√2)) → one GELU kernel",
          [gelu_erf, gelu_erf_half_first, gelu_erf_by_reciprocal], gelu_erf_replace),
     Rule("GeluTanhFusionOp", 1, "tanh-approximated GELU spelled out → one GELU(tanh) kernel",
-         [gelu_tanh, gelu_tanh_cubed_by_mul], gelu_tanh_replace),
+         [gelu_tanh(cube, half_first) for cube in (cube_by_pow, cube_by_mul) for half_first in (True, False)],
+         gelu_tanh_replace),
     Rule("HardSwishFusionOp", 1, "x·relu6(x+3)/6 or x·HardSigmoid(x) → one hard-swish kernel",
          [hard_swish_clip, hard_swish_clip_div_first, hard_swish_hard_sigmoid], hard_swish_replace),
     Rule("HardSigmoidFusionOp", 1, "relu6(x+3)/6 → one hard-sigmoid kernel",

@@ -204,8 +204,10 @@ def silu(op, y):
 
 
 def activated(kind: str, act):
-    def pattern(op, a, b, c=None):
-        return act(op, matmul(op, kind, a, b, c))
+    def pattern(op, a, b, c=None, shape=None):
+        # an elementwise activation commutes with a Reshape (GPT-2's Conv1D restores [1, seq, d]
+        # between the product and the GELU)
+        return act(op, op.Optional.Reshape(matmul(op, kind, a, b, c), shape, _name="reshape"))
     pattern.__name__ = f"{act.__name__}_of_{kind.lower()}"
     return pattern
 
@@ -220,8 +222,9 @@ def activation_of(node: Node) -> dict:
 
 def epilogue_replace(op, m):
     node = m.node("matmul")
-    return fused_matmul(op, node.input(0), node.input(1), node.input(2),
-                        {**fused_attrs(node), **activation_of(m.node("act"))})
+    y = fused_matmul(op, node.input(0), node.input(1), node.input(2),
+                     {**fused_attrs(node), **activation_of(m.node("act"))})
+    return op.Reshape(y, m.shape, **m.node("reshape").attrs) if m.has("reshape") else y
 
 
 def epilogue(name: str, spelled: str, *acts) -> Rule:

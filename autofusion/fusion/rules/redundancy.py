@@ -1,11 +1,11 @@
 """Redundancy elimination: operators that compute nothing, or that a neighbour undoes.
 
 Transpose∘Transpose is one Transpose (none when the permutations cancel), Reshape∘Reshape the
-last Reshape, Squeeze∘Unsqueeze over the same axes nothing; Identity, inference Dropout and a
-Cast to the type it already has are nothing. They run first, so the other families see clean
-chains. A removal that leaves a graph output to an existing value gets an Identity from the
-driver (outputs keep their names), and that Identity stays. Constant folding, dead code and
-common subexpressions are passes (passes/cleanup.py).
+last Reshape, Squeeze∘Unsqueeze over the same axes nothing; Identity, inference Dropout, a Cast
+to the type it already has and a Reshape to the shape it already has are nothing. They run
+first, so the other families see clean chains. A removal that leaves a graph output to an
+existing value gets an Identity from the driver (outputs keep their names), and that Identity
+stays. Constant folding, dead code and common subexpressions are passes (passes/cleanup.py).
 """
 from __future__ import annotations
 
@@ -99,14 +99,22 @@ def cast_like(op, x, like):
     return op.CastLike(x, like, _name="noop")
 
 
+def reshape(op, x, shape):
+    return op.Reshape(x, shape, _name="noop")
+
+
 def is_no_op(m) -> bool:
-    """A Cast to the type the value has; not an Identity that only names a graph output after
-    an input, a constant or another output (removing it would need that Identity again)."""
+    """A Cast to the type the value has, a Reshape to the static shape it has; not an Identity
+    that only names a graph output after an input, a constant or another output (removing it
+    would need that Identity again)."""
     node, x, y = m.node("noop"), m.x, m.root.outputs[0]
     if node.op_type in ("Cast", "CastLike"):
         to = DType(node.attrs["to"]) if node.op_type == "Cast" else m.like.dtype
         if x.dtype is None or x.dtype != to:
             return False
+    if node.op_type == "Reshape" and (x.shape is None or x.shape != y.shape or
+                                      not all(isinstance(d, int) for d in x.shape)):
+        return False
     outputs = node.graph.outputs
     return not (any(o is y for o in outputs) and (x.producer is None or any(o is x for o in outputs)))
 
@@ -176,8 +184,9 @@ def squeeze_unsqueeze_replace(op, m):
 
 
 RULES = [
-    Rule("NoOpRemovalFusionOp", 1, "Identity, inference Dropout, Cast to the type it has → removed",
-         [identity, dropout, cast, cast_like], no_op_replace, no_op_check, is_no_op),
+    Rule("NoOpRemovalFusionOp", 1,
+         "Identity, inference Dropout, Cast to the type it has, Reshape to the shape it has → removed",
+         [identity, dropout, cast, cast_like, reshape], no_op_replace, no_op_check, is_no_op),
     Rule("TransposeTransposeFusionOp", 1, "Transpose∘Transpose → one Transpose (none if they cancel)",
          [transpose_transpose], transpose_transpose_replace, transpose_transpose_check),
     Rule("ReshapeReshapeFusionOp", 1, "Reshape∘Reshape → the last Reshape",

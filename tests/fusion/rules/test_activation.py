@@ -30,13 +30,15 @@ CASES = [
     ("GeluFusionOp", torch.nn.GELU(), "Gelu[approximate='none']"),
     ("GeluFusionOp", GeluHalfFirst(), "Gelu[approximate='none']"),
     ("GeluTanhFusionOp", GeluTanh(), "Gelu[approximate='tanh']"),
+    ("GeluTanhFusionOp", torch.nn.GELU(approximate="tanh"), "Gelu[approximate='tanh']"),
     ("SiLUFusionOp", torch.nn.SiLU(), "autofusion::Activation[activation='SiLU'"),
     ("HardSwishFusionOp", torch.nn.Hardswish(), "autofusion::Activation[activation='HardSwish'"),
     ("HardSwishFusionOp", HardSwishByHand(), "autofusion::Activation[activation='HardSwish'"),
 ]
 
 
-IDS = [type(m).__name__ for _, m, _ in CASES]
+IDS = [type(m).__name__ + ("_tanh" if getattr(m, "approximate", "none") == "tanh" else "")
+       for _, m, _ in CASES]
 
 
 @pytest.mark.parametrize("rule, module, fused", CASES, ids=IDS)

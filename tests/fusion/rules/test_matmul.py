@@ -147,6 +147,19 @@ def test_gemm_relu_golden():
     assert_same_outputs(model, level=1, rtol=1e-5)
 
 
+def test_activation_joins_through_a_reshape_of_the_rows():
+    """GPT-2's Conv1D: [seq, d] product, Reshape back to [1, seq, d], then the GELU."""
+    nodes = [node("Gemm", ["x", "w", "c"], ["y"]), node("Reshape", ["y", "s"], ["r"]),
+             node("Relu", ["r"], ["z"])]
+    model = onnx_model(nodes, {"x": (3, 4)}, ["z"], {"w": rng_array(4, 5), "c": rng_array(5),
+                                                     "s": np.array([1, 3, 5])})
+    graph, report = fuse(model, level=1)
+    assert matched(report, "MatMulReluFusionOp") == 1
+    assert ops(graph) == ["autofusion::FusedMatMul", "Reshape"]
+    assert graph.nodes[0].outputs[0].shape == (3, 5)   # the new product's shape is inferred
+    assert_same_outputs(model, level=1, rtol=1e-5)
+
+
 def test_activation_after_a_shared_product_is_left_alone():
     nodes = [node("MatMul", ["x", "w"], ["y"]), node("Relu", ["y"], ["z"]), node("Neg", ["y"], ["n"])]
     graph, report = fuse(onnx_model(nodes, {"x": (2, 4)}, ["z", "n"], {"w": rng_array(4, 4)}))

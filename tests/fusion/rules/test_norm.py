@@ -7,7 +7,7 @@ import pytest
 import torch
 from onnx import helper
 
-from .harness import assert_same_outputs, fuse, matched, onnx_model, ops, torch_model
+from .harness import assert_same_outputs, fuse, matched, near_miss, onnx_model, ops, torch_model
 
 
 
@@ -264,3 +264,145 @@ def test_two_broadcast_operands_are_a_near_miss():
     [miss] = [m for m in report.near_misses if m.rule == "AddLayerNormFusionOp"]
     assert miss.reason == ("Add 'add': 'r' (shape [1,3,8]) is broadcast to [2,3,8]; the fused kernel "
                            "needs a full-shape input")
+
+
+# ---- LayerNormMatMulFusionOp ---------------------------------------------------------------
+
+class PreLNMLP(torch.nn.Module):   # GPT-2/ViT: x + fc2(act(fc1(norm(x))))
+    def __init__(self, norm, d=16, act=torch.nn.GELU()):
+        super().__init__()
+        self.norm, self.act = norm, act
+        self.fc1, self.fc2 = torch.nn.Linear(d, 3 * d), torch.nn.Linear(3 * d, d)
+
+    def forward(self, x):
+        return x + self.fc2(self.act(self.fc1(self.norm(x))))
+
+
+class Conv1D(torch.nn.Module):    # GPT-2's linear layer: rows flattened, addmm, shape restored
+    def __init__(self, d_in, d_out):
+        super().__init__()
+        self.weight, self.bias = torch.nn.Parameter(torch.randn(d_in, d_out)), torch.nn.Parameter(torch.randn(d_out))
+
+    def forward(self, x):
+        y = torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight)
+        return y.view(x.size()[:-1] + (y.size(-1),))
+
+
+class Permuted(torch.nn.Module):   # (0, 1): MultiheadAttention's [batch, seq, d] → [seq, batch, d]
+    def __init__(self, d, perm=(1, 0, 2)):
+        super().__init__()
+        self.fc, self.perm = torch.nn.Linear(d, d), perm
+
+    def forward(self, x):
+        return self.fc(x.permute(*self.perm))
+
+
+class GPT2MLP(PreLNMLP):
+    def __init__(self, d=16):
+        super().__init__(ln(d), d, torch.nn.GELU(approximate="tanh"))
+        self.fc1, self.fc2 = Conv1D(d, 3 * d), Conv1D(3 * d, d)
+
+
+NORM_MATMULS = [(PreLNMLP(ln()), (2, 5, 16), 17, 3),                     # LayerNormalization, MatMul+Add
+                (PreLNMLP(ln()), (2, 5, 16), 13, 3),                     # spelled out (LayerNorm)
+                (PreLNMLP(ln(affine=False)), (3, 16), 17, 3),            # Gemm(transB=1), no affine
+                (PreLNMLP(LlamaRMSNorm(), act=torch.nn.SiLU()), (2, 5, 16), 13, 3),
+                (GPT2MLP(), (1, 5, 16), 17, 5),                          # through a Reshape
+                (torch.nn.Sequential(ln(), Permuted(16)), (2, 5, 16), 17, 2)]   # a Transpose
+NORM_MATMUL_IDS = ["layer_normalization", "spelled_layer_norm", "gemm_no_affine", "rms_norm_silu",
+                   "gpt2_conv1d", "sequence_first"]
+
+
+@pytest.mark.parametrize("module, shape, opset, nodes", NORM_MATMULS, ids=NORM_MATMUL_IDS)
+def test_norm_joins_the_linear_layer_it_feeds(module, shape, opset, nodes):
+    graph, report = fuse(torch_model(module, shape, opset=opset))
+    assert matched(report, "LayerNormMatMulFusionOp") == 1
+    assert "autofusion::NormMatMul" in ops(graph) and len(graph) == nodes
+    assert not [m for m in report.near_misses if m.rule == "LayerNormMatMulFusionOp"]
+
+
+@pytest.mark.parametrize("module, shape, opset", [m[:3] for m in NORM_MATMULS[:4]], ids=NORM_MATMUL_IDS[:4])
+def test_norm_matmul_keeps_the_layer_epilogue(module, shape, opset):
+    graph, report = fuse(torch_model(module, shape, opset=opset))
+    assert ops(graph) == ["autofusion::NormMatMul", "autofusion::FusedMatMul", "Add"]
+    first = graph.nodes[0]
+    assert first.attrs["norm"] == ("RMSNorm" if isinstance(module.norm, LlamaRMSNorm) else "LayerNorm")
+    assert first.attrs["activation"] == ("SiLU" if isinstance(module.act, torch.nn.SiLU) else "Gelu")
+
+
+@pytest.mark.parametrize("module, shape, opset", [m[:3] for m in NORM_MATMULS], ids=NORM_MATMUL_IDS)
+def test_norm_matmul_equals_unfused_on_random_inputs(module, shape, opset):
+    # γ and β folded into the weights round differently: ~1e-7 relative
+    assert_same_outputs(torch_model(module, shape, opset=opset), rtol=1e-5)
+
+
+def norm_matmul_nodes(ln_out="n"):
+    return [helper.make_node("LayerNormalization", ["x", "s", "b"], [ln_out], name="ln"),
+            helper.make_node("MatMul", ["n", "w"], ["p"], name="matmul"),
+            helper.make_node("Add", ["p", "c"], ["y"], name="bias")]
+
+
+NORM_MATMUL_CONSTS = {"s": LN_CONSTS["s"], "b": LN_CONSTS["b"],
+                      "w": np.random.default_rng(0).standard_normal((8, 4)).astype(np.float32),
+                      "c": np.arange(4, dtype=np.float32)}
+
+
+def test_norm_matmul_golden_before_after():
+    model = onnx_model(norm_matmul_nodes(), {"x": (2, 3, 8)}, ["y"], NORM_MATMUL_CONSTS)
+    graph, report = fuse(model)
+    assert matched(report, "LayerNormMatMulFusionOp") == 1
+    assert str(graph) == (
+        "graph test(x: float[2,3,8]) -> (y: float[2,3,4])\n"
+        "  const weight: float[8,4]\n"
+        "  const bias_1: float[4]\n"   # the Add was named "bias"
+        "  y: float[2,3,4] = autofusion::NormMatMul[epsilon=9.999999747378752e-06, norm='LayerNorm']"
+        "(x, weight, bias_1)")
+    s, b, w, c = (NORM_MATMUL_CONSTS[k].astype(np.float64) for k in "sbwc")
+    np.testing.assert_allclose(graph.nodes[0].inputs[1].const, s[:, None] * w, rtol=1e-6)
+    np.testing.assert_allclose(graph.nodes[0].inputs[2].const, b @ w + c, rtol=1e-6)
+    assert_same_outputs(model)
+
+
+def test_norm_matmul_is_level_2():
+    _, report = fuse(onnx_model(norm_matmul_nodes(), {"x": (2, 3, 8)}, ["y"], NORM_MATMUL_CONSTS), level=1)
+    assert "LayerNormMatMulFusionOp" not in [r.name for r in report.rules]
+
+
+def test_norm_also_used_elsewhere_is_a_near_miss():
+    """Post-LN (BERT): the norm's output is also the next residual, so it must be written out."""
+    model = onnx_model(norm_matmul_nodes() + [helper.make_node("Add", ["n", "n"], ["r"], name="residual")],
+                       {"x": (2, 3, 8)}, ["y", "r"], NORM_MATMUL_CONSTS)
+    graph, report = fuse(model)
+    assert "autofusion::NormMatMul" not in ops(graph)
+    assert near_miss(report, "LayerNormMatMulFusionOp") == \
+        "'n' is also used by Add 'residual', so it must stay in memory"
+
+
+def test_norm_into_a_computed_weight_is_a_near_miss():
+    consts = {k: v for k, v in NORM_MATMUL_CONSTS.items() if k != "w"}
+    model = onnx_model(norm_matmul_nodes(), {"x": (2, 3, 8), "w": (8, 4)}, ["y"], consts)
+    graph, report = fuse(model)
+    assert ops(graph) == ["LayerNormalization", "autofusion::FusedMatMul"]
+    assert near_miss(report, "LayerNormMatMulFusionOp") == (
+        "FusedMatMul 'matmul_1': 'w' is not a constant matrix, so LayerNormalization 'ln''s scale "
+        "and bias cannot be folded into it")
+
+
+def test_norm_over_two_axes_into_a_matmul_is_a_near_miss():
+    nodes = [helper.make_node("LayerNormalization", ["x", "s2"], ["n"], axis=-2, name="ln"),
+             helper.make_node("MatMul", ["n", "w"], ["y"], name="matmul")]
+    consts = {"s2": np.ones((3, 8), np.float32), "w": NORM_MATMUL_CONSTS["w"]}
+    graph, report = fuse(onnx_model(nodes, {"x": (2, 3, 8)}, ["y"], consts))
+    assert ops(graph) == ["LayerNormalization", "autofusion::FusedMatMul"]
+    assert near_miss(report, "LayerNormMatMulFusionOp") == (
+        "LayerNormalization 'ln': normalizes from axis -2 on; only a norm over the last axis folds "
+        "into FusedMatMul 'matmul_1'")
+
+
+def test_transpose_that_moves_the_normalized_axis_is_a_near_miss():
+    model = torch_model(torch.nn.Sequential(ln(), Permuted(2, perm=(2, 1, 0))), (2, 5, 16), opset=17)
+    graph, report = fuse(model)
+    assert "autofusion::NormMatMul" not in ops(graph)
+    assert near_miss(report, "LayerNormMatMulFusionOp") == \
+        "Transpose '/1/Transpose': [2,5,16] → [16,5,2] moves the normalized last axis"
+    assert_same_outputs(model)

@@ -138,10 +138,12 @@ def test_squeeze_of_other_axes_is_a_near_miss():
 
 def test_no_ops_golden_before_after():
     nodes = [node("Identity", ["x"], ["a"]), node("Dropout", ["a", "ratio", "off"], ["b"]),
-             node("Cast", ["b"], ["c"], to=1), node("CastLike", ["c", "x"], ["d"]), node("Relu", ["d"], ["y"])]
-    model = onnx_model(nodes, {"x": (2, 3)}, ["y"], {"ratio": np.float32(0.5), "off": np.array(False)})
+             node("Cast", ["b"], ["c"], to=1), node("CastLike", ["c", "x"], ["d"]),
+             node("Reshape", ["d", "same"], ["e"]), node("Relu", ["e"], ["y"])]
+    model = onnx_model(nodes, {"x": (2, 3)}, ["y"], {"ratio": np.float32(0.5), "off": np.array(False),
+                                                     "same": np.array([2, -1])})
     graph, report = fuse(model, level=1)
-    assert matched(report, "NoOpRemovalFusionOp") == 4
+    assert matched(report, "NoOpRemovalFusionOp") == 5
     assert str(graph) == ("graph test(x: float[2,3]) -> (y: float[2,3])\n"
                           "  y: float[2,3] = Relu(x)")
     assert_same_outputs(model, level=1, rtol=0)
@@ -182,3 +184,9 @@ def test_a_cast_that_changes_the_type_is_not_a_near_miss():
     nodes = [node("Cast", ["x"], ["h"], to=10), node("Cast", ["h"], ["y"], to=1)]   # via float16
     graph, report = fuse(onnx_model(nodes, {"x": (2, 3)}, ["y"]), level=1)
     assert ops(graph) == ["Cast", "Cast"] and not report.near_misses
+
+
+def test_reshape_to_another_shape_stays():
+    model = onnx_model([node("Reshape", ["x", "s"], ["y"])], {"x": (2, 3)}, ["y"], {"s": np.array([3, 2])})
+    graph, report = fuse(model, level=1)
+    assert ops(graph) == ["Reshape"] and matched(report, "NoOpRemovalFusionOp") == 0
