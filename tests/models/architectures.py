@@ -1,8 +1,9 @@
 """Small but real architectures, built in PyTorch and exported to ONNX inside the tests.
 
 Each mirrors the structure of a model family the product targets: a ResNet bottleneck stack with
-BatchNorm, a MobileNetV3 block (depthwise conv, squeeze-excite, hard-swish), and a BERT encoder
-layer (multi-head attention with an additive mask, GELU feed-forward, LayerNorm). The ONNX files
+BatchNorm, a MobileNetV3 block (depthwise conv, squeeze-excite, hard-swish), a BERT encoder
+layer (multi-head attention with an additive mask, GELU feed-forward, post-LN LayerNorm), and a
+GPT-2 decoder block (pre-LN, causal attention, tanh GELU, tied LM head). The ONNX files
 are exported with constant folding off so they stay what a framework emits.
 """
 from __future__ import annotations
@@ -102,6 +103,47 @@ class BertLayer(nn.Module):
         return self.ln2(x + self.ff2(nn.functional.gelu(self.ff1(x))))
 
 
+class Conv1D(nn.Module):
+    """GPT-2's linear layer: the rows flattened, one addmm, the shape restored."""
+
+    def __init__(self, d_in: int, d_out: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(d_in, d_out) * 0.1)
+        self.bias = nn.Parameter(torch.randn(d_out) * 0.1)
+
+    def forward(self, x):
+        y = torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight)
+        return y.view(x.size()[:-1] + (y.size(-1),))
+
+
+class GPTBlock(nn.Module):
+    """One GPT-2 decoder block with its embeddings, final LayerNorm and tied LM head, written as
+    GPT-2 does it: pre-LN, a causal mask picked out of a lower-triangular buffer, tanh GELU."""
+
+    def __init__(self, hidden: int = 64, heads: int = 4, vocab: int = 100, context: int = 32):
+        super().__init__()
+        self.heads, self.dh = heads, hidden // heads
+        self.wte, self.wpe = nn.Embedding(vocab, hidden), nn.Embedding(context, hidden)
+        self.ln_1, self.ln_2, self.ln_f = (nn.LayerNorm(hidden) for _ in range(3))
+        self.c_attn, self.c_proj = Conv1D(hidden, 3 * hidden), Conv1D(hidden, hidden)
+        self.c_fc, self.mlp_proj = Conv1D(hidden, 4 * hidden), Conv1D(4 * hidden, hidden)
+        self.register_buffer("causal", torch.tril(torch.ones(context, context, dtype=torch.bool))[None, None])
+
+    def _split(self, x):
+        b, s, _ = x.shape
+        return x.view(b, s, self.heads, self.dh).transpose(1, 2)
+
+    def forward(self, input_ids):
+        s = input_ids.shape[1]
+        x = self.wte(input_ids) + self.wpe(torch.arange(s))
+        q, k, v = map(self._split, self.c_attn(self.ln_1(x)).split(x.shape[-1], dim=2))
+        w = q @ k.transpose(-1, -2) / math.sqrt(self.dh)
+        w = torch.where(self.causal[:, :, :s, :s], w, torch.finfo(w.dtype).min)
+        x = x + self.c_proj((torch.softmax(w, -1) @ v).transpose(1, 2).reshape(x.shape))
+        x = x + self.mlp_proj(nn.functional.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+        return self.ln_f(x) @ self.wte.weight.T
+
+
 def export(module: nn.Module, args: tuple, input_names: list[str], dynamic: dict | None = None,
            opset: int = 17) -> onnx.ModelProto:
     """Export with the TorchScript exporter, constant folding off (the raw framework graph)."""
@@ -144,5 +186,11 @@ def bert_layer() -> tuple[onnx.ModelProto, dict]:
     return model, {"input_ids": ids.numpy(), "attention_mask": mask.numpy()}
 
 
+def gpt_block() -> tuple[onnx.ModelProto, dict]:
+    torch.manual_seed(0)
+    ids = torch.randint(0, 100, (2, 16))
+    return export(GPTBlock(), (ids,), ["input_ids"]), {"input_ids": ids.numpy()}
+
+
 ARCHITECTURES = {"resnet_stack": resnet_stack, "mobilenet_block": mobilenet_block,
-                 "bert_layer": bert_layer}
+                 "bert_layer": bert_layer, "gpt_block": gpt_block}

@@ -74,6 +74,9 @@ EXPECTED_FUSIONS = {   # what level 2 must find in each CI-sized architecture
                         "ConvAddFusionOp": 1, "PoolGemmFusionOp": 1},   # 6 convs, 5 activated
     "bert_layer": {"AttentionFusionOp": 1, "AddLayerNormFusionOp": 2, "MatMulBiasFusionOp": 6,
                    "MatMulGeluFusionOp": 1},
+    # ln_1 → c_attn, ln_2 → c_fc, ln_f → LM head; the GELU joins c_fc through its Reshape
+    "gpt_block": {"CausalAttentionFusionOp": 1, "LayerNormMatMulFusionOp": 3, "GeluTanhFusionOp": 1,
+                  "MatMulGeluFusionOp": 1, "AddLayerNormFusionOp": 1},
 }
 
 
