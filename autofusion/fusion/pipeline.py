@@ -15,7 +15,8 @@ from typing import Iterable
 from ..errors import AutofusionError
 from ..ir import Graph
 from ..passes import (Evaluator, eliminate_common_subexpressions, eliminate_dead_code,
-                      fold_constants, fold_static_shapes, refine_shapes, resolve_cast_like)
+                      fold_constants, fold_static_shapes, read_shapes_upstream, refine_shapes,
+                      resolve_cast_like)
 from .cost import seconds
 from .report import FusionReport, NearMissReport, RuleReport
 from .rule import Rule, apply_rules
@@ -66,6 +67,7 @@ def cleanup(graph: Graph, evaluate: Evaluator | None, counts: dict[str, int]) ->
                           ("static shapes folded", fold_static_shapes),
                           ("constants folded", (lambda g: fold_constants(g, evaluate)) if evaluate else None),
                           ("shapes refined", refine_shapes),
+                          ("Shape reads moved upstream", read_shapes_upstream),
                           ("duplicates merged", eliminate_common_subexpressions),
                           ("unused nodes and constants removed", eliminate_dead_code)):
             if run is None:

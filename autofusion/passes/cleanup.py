@@ -144,6 +144,39 @@ def fold_static_shapes(graph: Graph) -> int:
     return folded
 
 
+def read_shapes_upstream(graph: Graph) -> int:
+    """Shape(y) reads only y's dims. Where y provably has the shape of its producer's first
+    input (the same dims, symbolic names included), Shape reads that input instead, as far up as
+    the shape stays the same. y then has one user fewer, and a fusion that would remove y is not
+    blocked by a Shape: dynamic-axes exports take the Shape of a LayerNorm's output to build the
+    Reshape that follows it."""
+    origin: dict[int, Value] = {}   # value -> the furthest value upstream with its shape
+
+    def furthest(v: Value) -> Value:
+        path = []
+        while id(v) not in origin:
+            p = v.producer
+            up = p.inputs[0] if p is not None and p.inputs else None
+            if up is None or v.shape is None or None in v.shape or up.shape != v.shape:
+                origin[id(v)] = v
+                break
+            path.append(v)
+            v = up
+        for w in path:
+            origin[id(w)] = origin[id(v)]
+        return origin[id(v)]
+
+    moved = 0
+    for node in graph.nodes:
+        if node.domain or node.op_type != "Shape":
+            continue
+        source = furthest(node.inputs[0])
+        if source is not node.inputs[0]:
+            graph.set_input(node, 0, source)
+            moved += 1
+    return moved
+
+
 def resolve_cast_like(graph: Graph) -> int:
     """CastLike(x, like) with `like`'s dtype known becomes Cast(x, to=dtype): it no longer reads
     an activation, so a constant x folds (dynamo exports build zero biases this way)."""

@@ -13,7 +13,7 @@ from autofusion.backend import evaluate_node
 from autofusion.frontend import import_onnx
 from autofusion.passes import cleanup
 from autofusion.passes import (eliminate_common_subexpressions, eliminate_dead_code, fold_constants,
-                               fold_static_shapes)
+                               fold_static_shapes, read_shapes_upstream)
 
 from ..fusion.rules.harness import onnx_model
 
@@ -92,6 +92,24 @@ def test_shape_of_a_symbolic_value_stays():
     nodes = [node("Shape", ["x"], ["s"]), node("Cast", ["s"], ["y"], to=1)]
     graph = import_onnx(onnx_model(nodes, {"x": ("n", 3)}, ["y"]))
     assert fold_static_shapes(graph) == 0 and len(graph) == 2
+
+
+def test_shape_reads_move_to_the_first_value_of_that_shape():
+    """Shape(LayerNorm(x + r)) is Shape(x + r) is Shape(x), and LayerNorm's output then has one
+    user; the walk stops where the symbolic shape changes."""
+    nodes = [node("Add", ["x", "r"], ["h"]), node("LayerNormalization", ["h", "g"], ["n"]),
+             node("Shape", ["n"], ["s"]), node("Reshape", ["n", "flat"], ["m"]),
+             node("Reshape", ["m", "s"], ["y"]), node("Shape", ["m"], ["t"]), node("Reshape", ["y", "t"], ["z"])]
+    model = onnx_model(nodes, {"x": ("b", "s", 4), "r": ("b", "s", 4)}, ["z"],
+                       {"g": np.ones(4, np.float32), "flat": np.array([-1, 4])})
+    graph = import_onnx(model)
+    assert read_shapes_upstream(graph) == 1
+    shapes = [n for n in graph.nodes if n.op_type == "Shape"]
+    assert [n.inputs[0].name for n in shapes] == ["x", "m"]
+    [norm] = [n for n in graph.nodes if n.op_type == "LayerNormalization"]
+    assert [user.op_type for user, _ in norm.outputs[0].uses] == ["Reshape"]
+    assert read_shapes_upstream(graph) == 0
+    assert_same_as_original(model, graph)
 
 
 # ---- common subexpressions --------------------------------------------------------------------

@@ -323,12 +323,28 @@ def activation(node: Node) -> Kernel:
 
 @kernel(FUSED + "Attention")
 def attention(node: Node) -> Kernel:
+    """One F.scaled_dot_product_attention. SDPA takes a mask that broadcasts to the scores
+    without growing them; where the graph cannot tell (a causal mask sliced to the run-time
+    sequence length), the kernel checks per call and computes a growing mask's broadcast the
+    way the op's decomposition does."""
     scale = node.attr("scale", 1.0)
     sdpa = F.scaled_dot_product_attention
+    q, k, mask = node.inputs[0], node.inputs[1], node.input(3)
+    scores = None if q.shape is None or k.shape is None else (*q.shape[:-1], k.shape[-2])
+    if mask is None or (scores is not None and fits(mask.shape, scores)):
+        return lambda q, k, v, mask=None: sdpa(q, k, v, attn_mask=mask, scale=scale)
 
-    def run(q, k, v, mask=None):
-        return sdpa(q, k, v, attn_mask=mask, scale=scale)
+    def run(q, k, v, mask):
+        if fits(mask.shape, (*q.shape[:-1], k.shape[-2])):
+            return sdpa(q, k, v, attn_mask=mask, scale=scale)
+        return torch.softmax(torch.matmul(q, k.mT) * scale + mask, -1) @ v
     return run
+
+
+def fits(mask: tuple | None, scores: tuple) -> bool:
+    """Whether a mask of this shape broadcasts to the scores without growing them."""
+    return mask is not None and len(mask) <= len(scores) and \
+        all(d == 1 or (d is not None and d == s) for d, s in zip(reversed(mask), reversed(scores)))
 
 
 @kernel(FUSED + "PoolGemm")

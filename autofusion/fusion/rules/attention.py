@@ -9,7 +9,9 @@ swap is composed with kᵀ's own Transpose, so at most one Transpose (a view) re
 GPT-2 masks causally with Where(keep, scores, lowest) before the softmax. Adding
 Where(keep, 0, lowest) instead gives the same float32 scores: any score below 10³¹ in magnitude
 plus the lowest float rounds back to the lowest float. So the keep mask joins the additive mask,
-and with a constant keep (static shapes) it folds into a constant.
+and with a constant keep (static shapes) it folds into a constant. With a symbolic sequence
+length the keep mask is sliced to it at run time and its shape is unknown here: the rule refuses
+only a mask that provably grows the scores, and the kernel checks the rest per call.
 """
 from __future__ import annotations
 
@@ -66,11 +68,15 @@ def scale_of(m) -> float | None:
     return 1.0 / value if value != 0.0 else None
 
 
-def broadcasts_into(small: Value, big: tuple) -> bool:
-    """Whether `small` broadcasts to `big` without growing it (1 or the same dim, right-aligned)."""
-    if small.shape is None or len(small.shape) > len(big):
+def grows(small: Value, big: tuple) -> bool:
+    """Whether broadcasting `small` against `big` provably grows it: more axes, or a static dim
+    other than 1 where `big` has another static one. Dims not known until run time do not count:
+    the kernel checks those per call."""
+    if small.shape is None:
         return False
-    return all(d == 1 or (d is not None and d == b) for d, b in zip(reversed(small.shape), reversed(big)))
+    return len(small.shape) > len(big) or any(
+        isinstance(d, int) and d != 1 and isinstance(b, int) and d != b
+        for d, b in zip(reversed(small.shape), reversed(big)))
 
 
 def check(m) -> str | None:
@@ -99,9 +105,11 @@ def check(m) -> str | None:
         return (f"{node.op_type} {node.name!r}: the scale {m.scale.name!r} is not a nonzero "
                 "constant scalar (computed at run time?)")
     scores = qk.outputs[0].shape
+    if scores is None:
+        return f"MatMul {qk.name!r}: the shape of the scores is unknown"
     for name, by in (("scale", "scale"), ("mask", "add"), ("keep", "where"), ("fill", "where")):
         x = m.values.get(name)
-        if x is not None and not broadcasts_into(x, scores):
+        if x is not None and grows(x, scores):
             node = m.node(by)
             return (f"{node.op_type} {node.name!r}: the {name} {x.name!r} {dims(x)} does not "
                     f"broadcast to the scores {dims(qk.outputs[0])} without growing them")

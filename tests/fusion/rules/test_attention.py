@@ -206,12 +206,29 @@ def test_causal_fill_other_than_lowest_is_refused():
         "(-3.4028235e+38), for which adding equals replacing")
 
 
-def test_gpt2_with_dynamic_shapes_is_refused_for_its_unknown_mask_shape():
-    """With a symbolic sequence the scale folds (its dims are static), but the causal keep mask
-    is a Slice of a buffer by runtime lengths, whose shape is not known to broadcast."""
+def test_gpt2_with_dynamic_shapes_fuses_and_checks_its_mask_per_call():
+    """With a symbolic sequence the causal keep mask is a Slice of a buffer by run-time lengths:
+    its shape is unknown here, so the kernel checks it per call."""
     model = export(CausalSelfAttention(), (torch.randn(2, 16, 32),), ["x"], {"x": {0: "b", 1: "s"}})
     graph, report = fuse(model)
-    assert "Softmax" in ops(graph)
-    assert near_miss(report, "CausalAttentionFusionOp").startswith(
-        "Where '/Where': the keep '/Slice_4_output_0' [unk__4,unk__5,unk__6,unk__7] does not "
-        "broadcast to the scores [b,4,s,s]")
+    assert matched(report, "CausalAttentionFusionOp") == 1 and "Softmax" not in ops(graph)
+    unfused, fused = autofusion.compile(model, level=0), autofusion.compile(model)
+    for shape in [(2, 16, 32), (1, 5, 32), (3, 12, 32)]:   # up to the 16 positions it has
+        x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+        want = unfused(x)
+        assert np.abs(fused(x) - want).max() <= 1e-5 * np.abs(want).max()
+
+
+def test_mask_of_unknown_shape_that_grows_the_scores_runs_as_the_decomposition():
+    """A mask whose dims are known only at run time may still grow the scores ([3,…] against
+    batch 1): then the kernel broadcasts as the op's decomposition does, not as SDPA would."""
+    model = attention_graph("Div", q=(1, 2, 4, 8), mask=("m0", "m1", "m2", "m3"))
+    graph, report = fuse(model)
+    assert matched(report, "AttentionFusionOp") == 1
+    rng = np.random.default_rng(0)
+    feeds = {n: rng.standard_normal(s).astype(np.float32) for n, s in
+             [("q", (1, 2, 4, 8)), ("kt", (1, 2, 8, 4)), ("v", (1, 2, 4, 8)), ("mask", (3, 2, 4, 4))]}
+    want = autofusion.compile(model, level=0).run(feeds)["y"]
+    got = autofusion.compile(model).run(feeds)["y"]
+    assert got.shape == want.shape == (3, 2, 4, 8)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
