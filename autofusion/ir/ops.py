@@ -1,6 +1,6 @@
 """The op table: one entry per operator — its fusion class and its shape/dtype rule.
 
-Kernels live in per-backend tables (backend/torch_cpu.py) keyed by the same names, so a new
+Kernels live in per-backend tables (backend/torch_cpu/) keyed by the same names, so a new
 backend adds a table and touches no op definition. Derived sets (e.g. all elementwise ops) are
 computed from this table, never kept by hand.
 
@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import enum
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
 
 from .dtypes import DType
-from .graph import Dim, Node, Shape, op_key
+from .graph import Dim, Node, Shape, Value, op_key
 
 
 class OpClass(enum.IntEnum):
@@ -145,21 +146,72 @@ def _expand(node: Node):
     return [(broadcast_shapes(x.shape, tuple(int(d) for d in shape.const.reshape(-1))), x.dtype)]
 
 
+def shape_value(v: Value | None, depth: int = 0) -> list[Dim] | None:
+    """The value of a 1-D integer tensor that holds dims, as dims (ints, symbolic names, None
+    where unknown), when it is computed the way exporters build reshape targets: a Concat of
+    constants and of dims picked (Gather, Slice) out of a Shape. None if it is computed any
+    other way."""
+    if v is None or depth > 16:
+        return None
+    if v.const is not None:
+        c = v.const
+        return [int(d) for d in c.reshape(-1)] if c.dtype.kind in "iu" and c.ndim <= 1 else None
+    node = v.producer
+    if node is None or node.domain or (v.rank is not None and v.rank > 1):
+        return None
+    op, src = node.op_type, node.inputs[0]
+    if op == "Shape":
+        return None if src.shape is None else list(src.shape[node.attr("start", 0):node.attr("end")])
+    if op in ("Cast", "Identity", "Squeeze", "Unsqueeze"):   # a scalar dim ↔ a 1-element list
+        return shape_value(src, depth + 1)
+    if op == "Concat":
+        parts = [shape_value(i, depth + 1) for i in node.inputs]
+        return None if any(p is None for p in parts) else [d for p in parts for d in p]
+    picked = shape_value(src, depth + 1) if op in ("Gather", "Slice") else None
+    if picked is None or any(i is not None and i.const is None for i in node.inputs[1:]):
+        return None
+    if op == "Gather" and node.attr("axis", 0) == 0:
+        idx = node.inputs[1].const.reshape(-1).tolist()
+        return [picked[i] for i in idx] if all(-len(picked) <= i < len(picked) for i in idx) else None
+    if op == "Slice" and len(node.inputs) >= 3:
+        start, end, *rest = (None if i is None else int(i.const.reshape(-1)[0]) for i in node.inputs[1:])
+        if rest and rest[0] not in (None, 0, -1):
+            return None
+        return picked[start:end:rest[1] if len(rest) > 1 and rest[1] is not None else 1]
+    return None
+
+
 def _reshape(node: Node):
-    x, shape = node.inputs[0], node.inputs[1]
-    if shape.const is None:
+    x = node.inputs[0]
+    dims = shape_value(node.inputs[1])
+    if dims is None:
         return [(None, x.dtype)]
-    dims: list[Dim] = [int(d) for d in shape.const.reshape(-1)]
     if not node.attrs.get("allowzero", 0):
         for i, d in enumerate(dims):
             if d == 0:   # 0 copies the input's dim
                 dims[i] = x.shape[i] if x.shape is not None and i < len(x.shape) else None
     if -1 in dims:
-        known = [d for d in dims if d != -1]
-        total = None if not x.is_static else math.prod(x.shape)
-        rest = math.prod(known) if all(isinstance(d, int) for d in known) else None
-        dims[dims.index(-1)] = total // rest if total is not None and rest else None
+        k = dims.index(-1)
+        dims[k] = inferred_dim(x.shape, dims[:k] + dims[k + 1:])
     return [(tuple(dims), x.dtype)]
+
+
+def inferred_dim(total: Shape, others: list[Dim]) -> Dim:
+    """The dim a Reshape's -1 stands for: the element count of `total` over that of `others`,
+    cancelling symbolic dims (x [b, s, 768] viewed as [b, -1, 12, 64] gives s)."""
+    if total is None or None in total or None in others:
+        return None
+    num, den = Counter(d for d in total if isinstance(d, str)), Counter(d for d in others if isinstance(d, str))
+    if den - num:
+        return None
+    left = num - den
+    n = math.prod(d for d in total if isinstance(d, int))
+    m = math.prod(d for d in others if isinstance(d, int))
+    if m == 0 or n % m:
+        return None
+    if not left:
+        return n // m
+    return next(iter(left)) if n == m and sum(left.values()) == 1 else None
 
 
 def _shape_op(node: Node):

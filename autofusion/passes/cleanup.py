@@ -196,17 +196,20 @@ def resolve_cast_like(graph: Graph) -> int:
     return resolved
 
 
-def _sharper(old: tuple, new: tuple) -> bool:
-    """new says more than old and never contradicts it: same rank, a size where old had none."""
-    return len(old) == len(new) and any(not isinstance(o, int) and isinstance(n, int)
-                                        for o, n in zip(old, new)) and \
-        all(not isinstance(o, int) or o == n for o, n in zip(old, new))
+def _merged(old: tuple, new: tuple) -> tuple:
+    """old with what new adds: a size where old has a symbol or nothing, a symbol where old has
+    nothing. old's symbols stay, so the equalities they state between values stay too."""
+    if len(old) != len(new):
+        return old
+    return tuple(o if isinstance(o, int) or (o is not None and not isinstance(n, int)) else n
+                 for o, n in zip(old, new))
 
 
 def refine_shapes(graph: Graph) -> int:
-    """Re-derive output shapes with the op table's rules where folding made inputs constant:
-    an Expand to a shape computed from static dims then has a static shape too, and the rules
-    that check shapes (broadcasts, biases, masks) can tell."""
+    """Re-derive output shapes with the op table's rules where folding made inputs constant or
+    a reshape target is made of dims read off a Shape: an Expand to a shape computed from static
+    dims then has a static shape too, a view as [b, s, -1, 64] gets its head count, and the rules
+    that check shapes (broadcasts, biases, masks, attention heads) can tell."""
     refined = 0
     for node in graph.nodes:
         opdef = lookup(node.domain, node.op_type)
@@ -217,7 +220,10 @@ def refine_shapes(graph: Graph) -> int:
         except (TypeError, ValueError, KeyError, IndexError, AttributeError):
             continue
         for v, (shape, _) in zip(node.outputs, types):
-            if shape is not None and (v.shape is None or _sharper(v.shape, shape)):
-                v.shape = tuple(shape)
+            if shape is None:
+                continue
+            merged = tuple(shape) if v.shape is None else _merged(v.shape, tuple(shape))
+            if merged != v.shape:
+                v.shape = merged
                 refined += 1
     return refined

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 from onnx import helper
 
 import autofusion
 from autofusion.backend import evaluate_node
 from autofusion.frontend import import_onnx
+from autofusion.ir.ops import inferred_dim
 from autofusion.passes import cleanup
 from autofusion.passes import (eliminate_common_subexpressions, eliminate_dead_code, fold_constants,
                                fold_static_shapes, read_shapes_upstream)
@@ -210,3 +212,25 @@ def test_expand_to_a_folded_shape_gets_a_static_shape():
     assert expand.outputs[0].shape == (2, 3, 4, 4) and graph.nodes[-1].outputs[0].shape == (2, 3, 4, 4)
     assert cleanup.refine_shapes(graph) == 0   # a fixed point
     assert_same_as_original(model, graph)
+
+
+def test_a_view_with_symbolic_dims_gets_its_head_count():
+    """HF's x.view(*x.shape[:-1], -1, 64) on [b, s, 768]: the target is built from Shape(x) at
+    run time, and the -1 is 12 once b and s cancel. The symbols x already had stay."""
+    nodes = [node("Shape", ["x"], ["sx"]), node("Slice", ["sx", "zero", "minus1"], ["bs"]),
+             node("Concat", ["bs", "tail"], ["target"], axis=0), node("Reshape", ["x", "target"], ["h"]),
+             node("Transpose", ["h"], ["y"], perm=[0, 2, 1, 3])]
+    model = onnx_model(nodes, {"x": ("b", "s", 768)}, ["y"],
+                       {"zero": np.array([0]), "minus1": np.array([-1]), "tail": np.array([-1, 64])})
+    graph = import_onnx(model)
+    cleanup.refine_shapes(graph)
+    assert graph.outputs[0].shape == ("b", 12, "s", 64)
+    assert_same_as_original(model, graph)
+
+
+@pytest.mark.parametrize("total, others, dim", [
+    (("b", "s", 768), ["b", "s", 64], 12), (("b", "s", 768), ["b", 12, 64], "s"),
+    (("b", "s", 768), ["b", 7, 64], None), (("b", "s", 768), ["t", 12, 64], None),
+    (("b", "s", 768), ["b", 64], None), (("b", None, 768), ["b", 12, 64], None)])
+def test_the_dim_a_reshape_infers(total, others, dim):
+    assert inferred_dim(total, others) == dim
