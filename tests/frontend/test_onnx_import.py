@@ -115,7 +115,7 @@ def test_undefined_value_is_reported():
     nodes = [helper.make_node("Relu", ["ghost"], ["y"], name="r")]
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])])
-    with pytest.raises(ModelLoadError, match="node 'r' \(Relu\) reads 'ghost', which is used but never defined"):
+    with pytest.raises(ModelLoadError, match=r"node 'r' \(Relu\) reads 'ghost', which is used but never defined"):
         import_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
 
 
