@@ -89,9 +89,8 @@ class BertLayer(nn.Module):
         self.ln1, self.ln2 = nn.LayerNorm(hidden, eps=1e-12), nn.LayerNorm(hidden, eps=1e-12)
         self.ff1, self.ff2 = nn.Linear(hidden, ffn), nn.Linear(ffn, hidden)
 
-    def _split(self, x):
-        b, s, _ = x.shape
-        return x.view(b, s, self.heads, self.dh).transpose(1, 2)
+    def _split(self, x):   # as transformers writes it: the head count left to view's -1
+        return x.view(*x.shape[:-1], -1, self.dh).transpose(1, 2)
 
     def forward(self, input_ids, attention_mask):
         x = self.embed(input_ids)
@@ -189,7 +188,8 @@ def bert_layer() -> tuple[onnx.ModelProto, dict]:
 def gpt_block() -> tuple[onnx.ModelProto, dict]:
     torch.manual_seed(0)
     ids = torch.randint(0, 100, (2, 16))
-    return export(GPTBlock(), (ids,), ["input_ids"]), {"input_ids": ids.numpy()}
+    model = export(GPTBlock(), (ids,), ["input_ids"], {"input_ids": {0: "batch", 1: "seq"}})
+    return model, {"input_ids": ids.numpy()}
 
 
 ARCHITECTURES = {"resnet_stack": resnet_stack, "mobilenet_block": mobilenet_block,

@@ -60,6 +60,14 @@ def test_resnet_keeps_its_batchnorms():
     assert graph.op_histogram()["BatchNormalization"] == 12  # stem 1 + blocks 3 x 3 + 2 downsamples
 
 
+@pytest.mark.parametrize("name, feeds", [
+    ("bert_layer", {"input_ids": np.arange(21).reshape(3, 7) % 100, "attention_mask": np.ones((3, 7), np.int64)}),
+    ("gpt_block", {"input_ids": np.arange(15).reshape(1, 15) % 100})])
+def test_symbolic_batch_and_sequence_run_at_other_sizes(name, feeds):
+    model, _ = ARCHITECTURES[name]()
+    assert_close(autofusion.compile(model)(**feeds), ort_run(model, feeds)[0])
+
+
 def test_symbolic_batch_runs_at_another_size():
     model, feeds = ARCHITECTURES["resnet_stack"]()
     compiled = autofusion.compile(model)
