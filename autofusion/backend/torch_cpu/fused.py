@@ -248,9 +248,12 @@ def _linear(node: Node) -> Kernel | None:
 # ---- normalization, activations -----------------------------------------------------------
 
 def _normalized(node: Node) -> tuple[int, tuple[int, ...] | None]:
-    """The first normalized axis of x, and the normalized dims (from it on) when static."""
-    shape = node.inputs[0].shape
-    axis = node.attr("axis", -1) % len(shape)
+    """The first normalized axis of x, counted from the end (-1 for the last) unless x's rank is
+    unknown, and the normalized dims (from it on) when they are static."""
+    shape, axis = node.inputs[0].shape, node.attr("axis", -1)
+    if shape is None:
+        return axis, None
+    axis = axis % len(shape) - len(shape)
     dims = shape[axis:]
     return axis, tuple(dims) if all(isinstance(d, int) for d in dims) else None
 
@@ -281,11 +284,12 @@ def rms_norm(node: Node) -> Kernel:
         return lambda x, scale=None: rms(x, shape or x.shape[axis:], scale, eps)
     # torch's CPU rms_norm is composite and writes x² out; one vector_norm pass reads x once and
     # the two products share one buffer (~25% faster at [8,128,768])
-    axes = tuple(range(axis - len(node.inputs[0].shape), 0))
+    axes = tuple(range(axis, 0)) if axis < 0 else None
     norm, prod, count = torch.linalg.vector_norm, math.prod, math.prod(shape) if shape else None
 
     def run(x, scale=None):
-        inv = norm(x, 2, axes, keepdim=True).square_().div_(count or prod(x.shape[axis:])).add_(eps)
+        over = axes or tuple(range(axis, x.dim()))
+        inv = norm(x, 2, over, keepdim=True).square_().div_(count or prod(x.shape[axis:])).add_(eps)
         y = x * inv.rsqrt_()
         return y if scale is None else y.mul_(scale)
     return run

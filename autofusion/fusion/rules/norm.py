@@ -10,8 +10,9 @@ residual Add in front of a LayerNorm (spelled out or LayerNormalization) joins i
 A LayerNorm or RMSNorm over the last axis whose only consumer is a linear layer (pre-LN
 transformers: GPT-2's ln_1 → c_attn, ViT's ln_2 → fc1) joins it as one NormMatMul: its scale γ
 and bias β fold into the layer's weight and bias, (n·γ + β)·W + c = n·(diag(γ)·W) + (β·W + c),
-and the kernel normalizes, then runs the prepacked GEMM. That saves the normalized tensor's round
-trip through memory and one call, not the GEMM's time: a few per cent of a transformer block.
+and the kernel normalizes, then runs the prepacked GEMM. On CPU this measures at parity (GPT-2,
+ViT-B/16, ConvNeXt-T): the norm costs under 1% of the GEMM after it, and the normalized rows
+stay in cache either way. It is exact, and one call fewer.
 """
 from __future__ import annotations
 
