@@ -9,7 +9,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ..ir import Graph, Node, OpClass, Value, lookup
+from ..ir import Graph, Node, OpClass, Value, lookup, shape_value
 
 # Evaluates one node on constant inputs: (node, input arrays, None for omitted) -> output arrays.
 Evaluator = Callable[[Node, Sequence["np.ndarray | None"]], Sequence[np.ndarray]]
@@ -89,37 +89,16 @@ def fold_constants(graph: Graph, evaluate: Evaluator) -> int:
     return folded
 
 
-def _shape_dims(v: Value | None) -> list | None:
-    """The dims a Shape node reads off its input (ints, symbolic names, None), if v is one."""
-    node = v.producer if v is not None else None
-    if node is None or node.domain or node.op_type != "Shape" or node.inputs[0].shape is None:
-        return None
-    return list(node.inputs[0].shape[node.attr("start", 0):node.attr("end")])
-
-
 def _static_dims(node: Node) -> np.ndarray | None:
     """What a Shape, Size, or a Gather/Slice of a Shape yields, when those dims are static."""
     x = node.inputs[0]
-    if node.op_type == "Size" and x.is_static:
-        return np.array(int(np.prod(x.shape)), np.int64)
-    if node.op_type == "Shape":
-        dims = _shape_dims(node.outputs[0])
-    elif node.op_type == "Gather" and node.attr("axis", 0) == 0 and node.inputs[1].const is not None:
-        dims = _shape_dims(x)
-        idx = node.inputs[1].const
-        if dims is not None:
-            picked = np.array(dims, dtype=object)[idx]   # a scalar index picks one dim
-            dims = picked.tolist() if isinstance(picked, np.ndarray) else picked
-    elif node.op_type == "Slice" and len(node.inputs) >= 3 and \
-            all(v is None or v.const is not None for v in node.inputs[1:]):
-        dims = _shape_dims(x)
-        starts, ends, *rest = (None if v is None else int(v.const.reshape(-1)[0]) for v in node.inputs[1:])
-        step = rest[1] if len(rest) > 1 and rest[1] is not None else 1
-        dims = None if dims is None or (rest and rest[0] not in (None, 0, -1)) else dims[starts:ends:step]
-    else:
+    if node.op_type == "Size":
+        return np.array(int(np.prod(x.shape)), np.int64) if x.is_static else None
+    dims = shape_value(node.outputs[0])
+    if dims is None or not all(isinstance(d, int) for d in dims):
         return None
-    if dims is None or not all(isinstance(d, int) for d in np.atleast_1d(np.array(dims, dtype=object))):
-        return None
+    if node.op_type == "Gather":   # a scalar index picks a scalar
+        return np.array(dims, np.int64).reshape(node.inputs[1].const.shape)
     return np.array(dims, np.int64)
 
 
@@ -135,8 +114,6 @@ def fold_static_shapes(graph: Graph) -> int:
         data = _static_dims(node)
         if data is None:
             continue
-        if node.op_type == "Shape" and not node.inputs[0].is_static:
-            continue   # a partly symbolic shape stays; its static parts fold where they are used
         c = graph.add_constant(graph.fresh_name(node.outputs[0].name + "_folded"), data)
         graph.replace_all_uses(node.outputs[0], c)
         graph.remove(node)
