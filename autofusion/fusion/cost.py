@@ -2,7 +2,7 @@
 
 It ranks and explains; it does not promise. A fused node moves only its own inputs and outputs
 (intermediates stay in cache) and pays one launch, which is where fusion's estimated gains come
-from. Symbolic dimensions count as 1. The constants describe one 2-core CPU like the machines
+from, except for the temporaries a fused kernel still writes out (see `temporaries`). Symbolic dimensions count as 1. The constants describe one 2-core CPU like the machines
 here; measured speedups come from running both graphs and are labelled as such.
 """
 from __future__ import annotations
@@ -54,8 +54,19 @@ def flops(node: Node) -> float:
     return 0.0
 
 
+def temporaries(node: Node) -> int:
+    """Bytes a fused kernel writes out and reads back itself, where it runs as two library calls:
+    LayerNorm with a residual writes x + r before normalizing it (torch has no add-and-norm),
+    NormMatMul writes the normalized rows before the GEMM."""
+    if node.op_type == "LayerNorm" and node.input(3) is not None:
+        return 2 * nbytes(node.outputs[0])
+    if node.op_type == "NormMatMul":
+        return 2 * nbytes(node.inputs[0]) * (2 if node.input(3) is not None else 1)
+    return 0
+
+
 def node_seconds(node: Node) -> float:
-    moved = sum(nbytes(v) for v in node.inputs) + sum(nbytes(v) for v in node.outputs)
+    moved = sum(nbytes(v) for v in node.inputs) + sum(nbytes(v) for v in node.outputs) + temporaries(node)
     return LAUNCH_S + max(moved / BANDWIDTH_BPS, flops(node) / PEAK_FLOPS)
 
 
