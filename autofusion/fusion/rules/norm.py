@@ -217,6 +217,10 @@ def norm_matmul_check(m):
             isinstance(x.shape[-1], int)
         if not keeps:
             return f"{describe(regroup)}: {dims(x)} → {dims(rows)} moves the normalized last axis"
+        residual = m.values.get("residual")
+        if residual is not None and residual.shape != x.shape:
+            return (f"{describe(norm)}: its residual {residual.name!r} {dims(residual)} is broadcast "
+                    f"to {dims(x)}, so {describe(regroup)} cannot regroup it alike")
     if mm.attr("trans_a", 0):
         return f"{describe(mm)}: its normalized operand is transposed (trans_a=1)"
     if w.const is None or w.const.ndim != 2:

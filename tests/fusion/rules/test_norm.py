@@ -406,3 +406,22 @@ def test_transpose_that_moves_the_normalized_axis_is_a_near_miss():
     assert near_miss(report, "LayerNormMatMulFusionOp") == \
         "Transpose '/1/Transpose': [2,5,16] → [16,5,2] moves the normalized last axis"
     assert_same_outputs(model)
+
+
+class BroadcastResidualRows(torch.nn.Module):   # x + pos[1, S, D], normalized, rows flattened
+    def __init__(self, d=8, s=4):
+        super().__init__()
+        self.pos, self.norm, self.fc = torch.nn.Parameter(torch.randn(1, s, d)), ln(d), torch.nn.Linear(d, d)
+
+    def forward(self, x):
+        n = self.norm(x + self.pos)
+        return self.fc(n.reshape(-1, n.shape[-1]))
+
+
+def test_broadcast_residual_through_a_regroup_is_a_near_miss():
+    model = torch_model(BroadcastResidualRows(), (2, 4, 8))
+    graph, report = fuse(model)
+    assert "autofusion::NormMatMul" not in ops(graph)
+    assert near_miss(report, "LayerNormMatMulFusionOp").endswith(
+        "[1,4,8] is broadcast to [2,4,8], so Reshape '/Reshape' cannot regroup it alike")
+    assert_same_outputs(model)
