@@ -195,13 +195,18 @@ def activation(op: GraphBuilder, node: Node, x):
 
 @fused_op("Attention", OpClass.COMPLEX)
 def attention(op: GraphBuilder, node: Node, q, k, v, mask=None):
-    """softmax(q·kᵀ·scale + mask)·v over [batch, heads, seq, head_dim]."""
+    """softmax(q·kᵀ·scale + mask)·v over [batch, heads, seq, head_dim]. A query row the mask
+    rules out everywhere (all -inf) gives NaN, as softmax does, or 0 with nan_to_zero=1 (as
+    torch's scaled_dot_product_attention, and its ONNX export, do)."""
     perm = list(range(len(k.shape))) if k.shape is not None else [0, 1, 2, 3]
     perm[-2:] = perm[-1], perm[-2]
     s = op.Mul(op.MatMul(q, op.Transpose(k, perm=perm)), _scalar(op, node.attr("scale", 1.0), q))
     if mask is not None:
         s = op.Add(s, mask)
-    return [op.MatMul(op.Softmax(s, axis=-1), v)]
+    p = op.Softmax(s, axis=-1)
+    if node.attr("nan_to_zero", 0):
+        p = op.Where(op.IsNaN(p), _scalar(op, 0.0, p), p)
+    return [op.MatMul(p, v)]
 
 
 @fused_op("PoolGemm", OpClass.COMPLEX)

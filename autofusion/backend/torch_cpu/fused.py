@@ -327,21 +327,28 @@ def activation(node: Node) -> Kernel:
 
 @kernel(FUSED + "Attention")
 def attention(node: Node) -> Kernel:
-    """One F.scaled_dot_product_attention. SDPA takes a mask that broadcasts to the scores
-    without growing them; where the graph cannot tell (a causal mask sliced to the run-time
-    sequence length), the kernel checks per call and computes a growing mask's broadcast the
-    way the op's decomposition does."""
-    scale = node.attr("scale", 1.0)
+    """One F.scaled_dot_product_attention, where it computes what the op means:
+    - SDPA takes a mask that broadcasts to the scores without growing them. Where the graph
+      cannot tell (a causal mask sliced to the run-time sequence length), the kernel checks per
+      call and computes a growing mask's broadcast the way the op's decomposition does.
+    - SDPA gives 0 for a query row the mask rules out everywhere (all -inf), where softmax gives
+      NaN. Unless the op asks for 0 (nan_to_zero), a mask with such a row runs the decomposition.
+    Either check costs a few µs, against a millisecond of attention."""
+    scale, zero_rows = node.attr("scale", 1.0), node.attr("nan_to_zero", 0)
     sdpa = F.scaled_dot_product_attention
     q, k, mask = node.inputs[0], node.inputs[1], node.input(3)
     scores = None if q.shape is None or k.shape is None else (*q.shape[:-1], k.shape[-2])
-    if mask is None or (scores is not None and fits(mask.shape, scores)):
+    shape_known = mask is None or (scores is not None and fits(mask.shape, scores))
+    rows_known = mask is None or zero_rows or (mask.const is not None and not dead_rows(mask.const))
+    if shape_known and rows_known:
         return lambda q, k, v, mask=None: sdpa(q, k, v, attn_mask=mask, scale=scale)
 
     def run(q, k, v, mask):
-        if fits(mask.shape, (*q.shape[:-1], k.shape[-2])):
+        if (shape_known or fits(mask.shape, (*q.shape[:-1], k.shape[-2]))) and \
+                (rows_known or not bool(torch.isneginf(mask).all(-1).any())):
             return sdpa(q, k, v, attn_mask=mask, scale=scale)
-        return torch.softmax(torch.matmul(q, k.mT) * scale + mask, -1) @ v
+        p = torch.softmax(torch.matmul(q, k.mT) * scale + mask, -1)
+        return (p.nan_to_num(0.0) if zero_rows else p) @ v
     return run
 
 
@@ -349,6 +356,11 @@ def fits(mask: tuple | None, scores: tuple) -> bool:
     """Whether a mask of this shape broadcasts to the scores without growing them."""
     return mask is not None and len(mask) <= len(scores) and \
         all(d == 1 or (d is not None and d == s) for d, s in zip(reversed(mask), reversed(scores)))
+
+
+def dead_rows(mask: np.ndarray) -> bool:
+    """Whether a constant mask rules some query row out everywhere."""
+    return bool(np.isneginf(mask).all(-1).any()) if mask.ndim else bool(np.isneginf(mask))
 
 
 @kernel(FUSED + "PoolGemm")

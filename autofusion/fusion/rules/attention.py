@@ -26,31 +26,43 @@ LOWEST = float(np.finfo(np.float32).min)
 
 # ---- BERT: softmax(q·kᵀ / √d + mask)·v -----------------------------------------------------
 
-def attention(op, q, kt, v, scale, mask=None):
-    s = op.Div(op.MatMul(q, kt, _name="qk"), scale, _name="scale")
-    return op.MatMul(op.Softmax(op.Optional.Add(s, mask, _name="add"), _name="softmax"), v)
+def weighted(op, s, mask, v, guarded: bool):
+    """softmax(s + mask)·v; torch's SDPA export guards the softmax, so a row masked out
+    everywhere gives 0 rather than NaN: Where(IsNaN(p), 0, p)."""
+    p = op.Softmax(op.Optional.Add(s, mask, _name="add"), _name="softmax")
+    if guarded:
+        p = op.Where(op.IsNaN(p), 0, p, _name="guard")
+    return op.MatMul(p, v)
 
 
-def attention_scale_by_mul(op, q, kt, v, scale, mask=None):
-    s = op.Mul(op.MatMul(q, kt, _name="qk"), scale, _name="scale")
-    return op.MatMul(op.Softmax(op.Optional.Add(s, mask, _name="add"), _name="softmax"), v)
+def attention(guarded: bool):
+    def pattern(op, q, kt, v, scale, mask=None):
+        return weighted(op, op.Div(op.MatMul(q, kt, _name="qk"), scale, _name="scale"), mask, v, guarded)
+    return pattern
 
 
-def attention_unscaled(op, q, kt, v, mask=None):   # T5
-    s = op.MatMul(q, kt, _name="qk")
-    return op.MatMul(op.Softmax(op.Optional.Add(s, mask, _name="add"), _name="softmax"), v)
+def attention_scale_by_mul(guarded: bool):
+    def pattern(op, q, kt, v, scale, mask=None):
+        return weighted(op, op.Mul(op.MatMul(q, kt, _name="qk"), scale, _name="scale"), mask, v, guarded)
+    return pattern
+
+
+def attention_unscaled(guarded: bool):   # T5; torch's SDPA export scales q and kᵀ by √scale each
+    def pattern(op, q, kt, v, mask=None):
+        return weighted(op, op.MatMul(q, kt, _name="qk"), mask, v, guarded)
+    return pattern
 
 
 # ---- GPT-2: softmax(where(keep, q·kᵀ / √d, lowest) + mask)·v -------------------------------
 
 def causal_attention(op, q, kt, v, scale, keep, fill, mask=None):
     s = op.Where(keep, op.Div(op.MatMul(q, kt, _name="qk"), scale, _name="scale"), fill, _name="where")
-    return op.MatMul(op.Softmax(op.Optional.Add(s, mask, _name="add"), _name="softmax"), v)
+    return weighted(op, s, mask, v, False)
 
 
 def causal_attention_scale_by_mul(op, q, kt, v, scale, keep, fill, mask=None):
     s = op.Where(keep, op.Mul(op.MatMul(q, kt, _name="qk"), scale, _name="scale"), fill, _name="where")
-    return op.MatMul(op.Softmax(op.Optional.Add(s, mask, _name="add"), _name="softmax"), v)
+    return weighted(op, s, mask, v, False)
 
 
 # ---- check ---------------------------------------------------------------------------------
@@ -139,19 +151,34 @@ def untransposed(op, kt: Value) -> Value:
     return t.inputs[0] if composed == list(range(rank)) else op.Transpose(t.inputs[0], perm=composed)
 
 
+def scaled_by(v: Value) -> tuple[Value, float]:
+    """v = x·c with c a constant float32 scalar and v used only here: (x, c); else (v, 1)."""
+    mul = v.producer
+    if mul is None or mul.op_type != "Mul" or mul.domain or len(v.uses) != 1:
+        return v, 1.0
+    for x, c in (mul.inputs, reversed(mul.inputs)):
+        if c.const is not None and c.const.size == 1 and c.dtype == DType.FLOAT and \
+                x.shape is not None and x.shape == v.shape:
+            return x, float(c.const.reshape(-1)[0])
+    return v, 1.0
+
+
 def replace(op, m):
     mask = m.values.get("mask")
     if m.has("where"):   # keep → 0 / lowest, joined with the additive mask
         additive = op.Where(m.keep, op.constant(np.float32(0), "zero"), m.fill)
         mask = additive if mask is None else op.Add(additive, mask)
-    return op.Attention(m.q, untransposed(op, m.kt), m.v, mask, scale=scale_of(m))
+    (q, fq), (kt, fk) = scaled_by(m.q), scaled_by(m.kt)   # q·√s and kᵀ·√s join the scale
+    return op.Attention(q, untransposed(op, kt), m.v, mask, scale=scale_of(m) * fq * fk,
+                        **({"nan_to_zero": 1} if m.has("guard") else {}))
 
 
 RULES = [
     Rule("AttentionFusionOp", 2,
          "softmax(q·kᵀ·scale + mask)·v (BERT's, with a Div or Mul scale, additive mask or none) "
          "→ one scaled_dot_product_attention",
-         [attention, attention_scale_by_mul, attention_unscaled], replace, check),
+         [form(guarded) for form in (attention, attention_scale_by_mul, attention_unscaled)
+          for guarded in (False, True)], replace, check),
     Rule("CausalAttentionFusionOp", 2,
          "softmax(where(keep, q·kᵀ·scale, lowest) + mask)·v (GPT-2's causal form) → one "
          "scaled_dot_product_attention, the keep mask made additive",

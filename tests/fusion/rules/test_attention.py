@@ -232,3 +232,48 @@ def test_mask_of_unknown_shape_that_grows_the_scores_runs_as_the_decomposition()
     got = autofusion.compile(model).run(feeds)["y"]
     assert got.shape == want.shape == (3, 2, 4, 8)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+# ---- torch's scaled_dot_product_attention as its exporter writes it ---------------------------
+
+class TorchSDPA(torch.nn.Module):
+    def forward(self, q, k, v, keep):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+
+
+def sdpa_export(keep: torch.Tensor):
+    args = (torch.randn(2, 4, 8, 16), torch.randn(2, 4, 8, 16), torch.randn(2, 4, 8, 16), keep)
+    return export(TorchSDPA(), args, ["q", "k", "v", "keep"]), args
+
+
+def test_torch_sdpa_export_fuses_back_into_one_attention():
+    """The export scales q and kᵀ by √scale each, makes the bool mask additive, and guards the
+    softmax with Where(IsNaN(p), 0, p): one Attention, scale folded, rows masked out give 0."""
+    keep = torch.ones(2, 1, 8, 8, dtype=torch.bool)
+    keep[1, 0, 3, :] = False                    # a query row with nothing to attend to
+    model, args = sdpa_export(keep)
+    graph, report = fuse(model)
+    assert matched(report, "AttentionFusionOp") == 1
+    assert ops(graph) == ["Where", "autofusion::Attention"]
+    attn = graph.nodes[-1]
+    assert attn.attrs == {"nan_to_zero": 1, "scale": pytest.approx(0.25)}
+    feeds = dict(zip(["q", "k", "v", "keep"], (a.numpy() for a in args)))
+    want = autofusion.compile(model, level=0).run(feeds)["output"]
+    got = autofusion.compile(model).run(feeds)["output"]
+    assert not np.isnan(want).any() and np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+    np.testing.assert_array_equal(got[1, :, 3], 0)
+
+
+def test_a_row_masked_out_everywhere_gives_nan_as_softmax_does():
+    """Without the guard the op means softmax's NaN for such a row; SDPA would give 0, so the
+    kernel sees the -inf row in the mask and runs the decomposition."""
+    model = attention_graph("Div", q=(1, 2, 4, 8), mask=(1, 1, 4, 4))
+    rng = np.random.default_rng(0)
+    feeds = {"q": rng.standard_normal((1, 2, 4, 8)), "kt": rng.standard_normal((1, 2, 8, 4)),
+             "v": rng.standard_normal((1, 2, 4, 8)), "mask": np.zeros((1, 1, 4, 4))}
+    feeds = {k: v.astype(np.float32) for k, v in feeds.items()}
+    feeds["mask"][0, 0, 2] = -np.inf
+    want = autofusion.compile(model, level=0).run(feeds)["y"]
+    got = autofusion.compile(model).run(feeds)["y"]
+    assert np.isnan(want[:, :, 2]).all() and np.isnan(got[:, :, 2]).all()
+    np.testing.assert_allclose(np.delete(got, 2, axis=2), np.delete(want, 2, axis=2), rtol=1e-5, atol=1e-6)
