@@ -24,45 +24,50 @@ from ..rule import Rule, dims, not_float32
 LOWEST = float(np.finfo(np.float32).min)
 
 
-# ---- BERT: softmax(q·kᵀ / √d + mask)·v -----------------------------------------------------
+# ---- softmax(q·kᵀ·scale + bias + mask)·v ----------------------------------------------------
+# The scale is a Div (BERT), a Mul, or absent (T5; torch's SDPA export scales q and kᵀ by √scale
+# each instead). Up to two additive terms: T5 adds its position bias, then the padding mask.
 
-def weighted(op, s, mask, v, guarded: bool):
-    """softmax(s + mask)·v; torch's SDPA export guards the softmax, so a row masked out
+def scores(op, q, kt, scale, by: str | None):
+    qk = op.MatMul(q, kt, _name="qk")
+    return qk if by is None else getattr(op, by)(qk, scale, _name="scale")
+
+
+def weighted(op, s, bias, mask, v, guarded: bool):
+    """softmax(s + bias + mask)·v; torch's SDPA export guards the softmax, so a row masked out
     everywhere gives 0 rather than NaN: Where(IsNaN(p), 0, p)."""
+    if bias is not None:
+        s = op.Optional.Add(s, bias, _name="bias_add")
     p = op.Softmax(op.Optional.Add(s, mask, _name="add"), _name="softmax")
     if guarded:
         p = op.Where(op.IsNaN(p), 0, p, _name="guard")
     return op.MatMul(p, v)
 
 
-def attention(guarded: bool):
-    def pattern(op, q, kt, v, scale, mask=None):
-        return weighted(op, op.Div(op.MatMul(q, kt, _name="qk"), scale, _name="scale"), mask, v, guarded)
+def attention(by: str | None, guarded: bool):
+    if by is None:
+        def pattern(op, q, kt, v, mask=None, bias=None):
+            return weighted(op, scores(op, q, kt, None, None), bias, mask, v, guarded)
+    else:
+        def pattern(op, q, kt, v, scale, mask=None, bias=None):
+            return weighted(op, scores(op, q, kt, scale, by), bias, mask, v, guarded)
+    pattern.__name__ = f"attention_{(by or 'unscaled').lower()}{'_guarded' if guarded else ''}"
     return pattern
 
 
-def attention_scale_by_mul(guarded: bool):
-    def pattern(op, q, kt, v, scale, mask=None):
-        return weighted(op, op.Mul(op.MatMul(q, kt, _name="qk"), scale, _name="scale"), mask, v, guarded)
+# ---- GPT-2, GPT-Neo: softmax(where(keep, q·kᵀ·scale, lowest) + mask)·v ------------------------
+
+def causal_attention(by: str | None):
+    if by is None:
+        def pattern(op, q, kt, v, keep, fill, mask=None):
+            return weighted(op, op.Where(keep, scores(op, q, kt, None, None), fill, _name="where"),
+                            None, mask, v, False)
+    else:
+        def pattern(op, q, kt, v, scale, keep, fill, mask=None):
+            return weighted(op, op.Where(keep, scores(op, q, kt, scale, by), fill, _name="where"),
+                            None, mask, v, False)
+    pattern.__name__ = f"causal_attention_{(by or 'unscaled').lower()}"
     return pattern
-
-
-def attention_unscaled(guarded: bool):   # T5; torch's SDPA export scales q and kᵀ by √scale each
-    def pattern(op, q, kt, v, mask=None):
-        return weighted(op, op.MatMul(q, kt, _name="qk"), mask, v, guarded)
-    return pattern
-
-
-# ---- GPT-2: softmax(where(keep, q·kᵀ / √d, lowest) + mask)·v -------------------------------
-
-def causal_attention(op, q, kt, v, scale, keep, fill, mask=None):
-    s = op.Where(keep, op.Div(op.MatMul(q, kt, _name="qk"), scale, _name="scale"), fill, _name="where")
-    return weighted(op, s, mask, v, False)
-
-
-def causal_attention_scale_by_mul(op, q, kt, v, scale, keep, fill, mask=None):
-    s = op.Where(keep, op.Mul(op.MatMul(q, kt, _name="qk"), scale, _name="scale"), fill, _name="where")
-    return weighted(op, s, mask, v, False)
 
 
 # ---- check ---------------------------------------------------------------------------------
@@ -94,7 +99,7 @@ def grows(small: Value, big: tuple) -> bool:
 def check(m) -> str | None:
     qk, softmax = m.node("qk"), m.node("softmax")
     q, kt, v = m.q, m.kt, m.v
-    reason = not_float32(qk, q, kt, v, m.values.get("mask"))
+    reason = not_float32(qk, q, kt, v, m.values.get("mask"), m.values.get("bias"))
     if reason:
         return reason
     if q.shape is None or kt.shape is None or v.shape is None:
@@ -119,11 +124,13 @@ def check(m) -> str | None:
     scores = qk.outputs[0].shape
     if scores is None:
         return f"MatMul {qk.name!r}: the shape of the scores is unknown"
-    for name, by in (("scale", "scale"), ("mask", "add"), ("keep", "where"), ("fill", "where")):
+    for name, by in (("scale", "scale"), ("bias", "bias_add"), ("mask", "add"), ("keep", "where"),
+                     ("fill", "where")):
         x = m.values.get(name)
         if x is not None and grows(x, scores):
             node = m.node(by)
-            return (f"{node.op_type} {node.name!r}: the {name} {x.name!r} {dims(x)} does not "
+            term = "mask" if name == "bias" else name   # either additive term is a mask to SDPA
+            return (f"{node.op_type} {node.name!r}: the {term} {x.name!r} {dims(x)} does not "
                     f"broadcast to the scores {dims(qk.outputs[0])} without growing them")
     if m.has("where"):
         where, fill = m.node("where"), m.fill
@@ -164,7 +171,9 @@ def scaled_by(v: Value) -> tuple[Value, float]:
 
 
 def replace(op, m):
-    mask = m.values.get("mask")
+    mask, bias = m.values.get("mask"), m.values.get("bias")
+    if bias is not None:   # one additive mask (T5's position bias + padding, merged by CSE across layers)
+        mask = bias if mask is None else op.Add(bias, mask)
     if m.has("where"):   # keep → 0 / lowest, joined with the additive mask
         additive = op.Where(m.keep, op.constant(np.float32(0), "zero"), m.fill)
         mask = additive if mask is None else op.Add(additive, mask)
@@ -175,12 +184,12 @@ def replace(op, m):
 
 RULES = [
     Rule("AttentionFusionOp", 2,
-         "softmax(q·kᵀ·scale + mask)·v (BERT's, with a Div or Mul scale, additive mask or none) "
-         "→ one scaled_dot_product_attention",
-         [form(guarded) for form in (attention, attention_scale_by_mul, attention_unscaled)
-          for guarded in (False, True)], replace, check),
+         "softmax(q·kᵀ·scale + bias + mask)·v (BERT's, T5's, torch SDPA exports; Div, Mul or no "
+         "scale; additive terms or none) → one scaled_dot_product_attention",
+         [attention(by, guarded) for by in ("Div", "Mul", None) for guarded in (False, True)],
+         replace, check),
     Rule("CausalAttentionFusionOp", 2,
-         "softmax(where(keep, q·kᵀ·scale, lowest) + mask)·v (GPT-2's causal form) → one "
+         "softmax(where(keep, q·kᵀ·scale, lowest) + mask)·v (GPT-2's, GPT-Neo's causal form) → one "
          "scaled_dot_product_attention, the keep mask made additive",
-         [causal_attention, causal_attention_scale_by_mul], replace, check),
+         [causal_attention(by) for by in ("Div", "Mul", None)], replace, check),
 ]

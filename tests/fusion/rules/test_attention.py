@@ -277,3 +277,27 @@ def test_a_row_masked_out_everywhere_gives_nan_as_softmax_does():
     got = autofusion.compile(model).run(feeds)["y"]
     assert np.isnan(want[:, :, 2]).all() and np.isnan(got[:, :, 2]).all()
     np.testing.assert_allclose(np.delete(got, 2, axis=2), np.delete(want, 2, axis=2), rtol=1e-5, atol=1e-6)
+
+
+def test_t5_position_bias_and_padding_mask_join_one_attention():
+    """T5: no scale, and two additive terms, softmax(q·kᵀ + position_bias + mask)·v."""
+    nodes = [node("MatMul", ["q", "kt"], ["s"]), node("Add", ["s", "bias"], ["sb"]),
+             node("Add", ["sb", "mask"], ["masked"]), node("Softmax", ["masked"], ["p"], axis=-1),
+             node("MatMul", ["p", "v"], ["y"])]
+    rng = np.random.default_rng(0)
+    model = onnx_model(nodes, {"q": (2, 4, 8, 16), "kt": (2, 4, 16, 8), "v": (2, 4, 8, 16), "mask": (2, 1, 1, 8)},
+                       ["y"], {"bias": rng.standard_normal((1, 4, 8, 8)).astype(np.float32)})
+    graph, report = fuse(model)
+    assert matched(report, "AttentionFusionOp") == 1
+    assert ops(graph) == ["Add", "Transpose", "autofusion::Attention"]
+    assert_same_outputs(model, rtol=1e-5)
+
+
+def test_gpt_neo_causal_attention_without_a_scale():
+    nodes = [node("MatMul", ["q", "kt"], ["s"]), node("Where", ["keep", "s", "lowest"], ["w"]),
+             node("Softmax", ["w"], ["p"], axis=-1), node("MatMul", ["p", "v"], ["y"])]
+    model = onnx_model(nodes, {"q": (2, 4, 8, 16), "kt": (2, 4, 16, 8), "v": (2, 4, 8, 16)}, ["y"],
+                       {"keep": np.tri(8, dtype=bool)[None, None], "lowest": np.float32(LOWEST)})
+    graph, report = fuse(model)
+    assert matched(report, "CausalAttentionFusionOp") == 1 and "Softmax" not in ops(graph)
+    assert_same_outputs(model, rtol=1e-5)
