@@ -29,3 +29,18 @@ def test_a_failing_kernel_names_its_node():
     compiled = autofusion.compile(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), level=0)
     with pytest.raises(autofusion.NodeExecutionError, match=r"While executing node '/model/reshape' \(Reshape\)"):
         compiled(np.zeros(7, np.float32))
+
+
+@pytest.mark.parametrize("start, end, step", [(-10, -10, -1), (-10, 2, 1), (3, -10, -1), (10, -10, -2),
+                                              (-1, -7, -1), (2, 100, 2), (-3, -1, 1)])
+def test_slice_clamps_as_onnx_says(start, end, step):
+    """Going back from before -d starts at 0 in ONNX (Python's slicing takes nothing there)."""
+    consts = [helper.make_tensor(n, TensorProto.INT64, [1], [v])
+              for n, v in (("s", start), ("e", end), ("a", 0), ("t", step))]
+    g = helper.make_graph([helper.make_node("Slice", ["x", "s", "e", "a", "t"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [6])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], consts)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    x = np.arange(6, dtype=np.float32)
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(autofusion.compile(model, level=0)(x), want)

@@ -8,6 +8,7 @@ import torch
 
 from ...errors import KernelBuildError
 from ...ir import DType, Node
+from ...ir.ops import opset_of as opset   # noqa: F401 - the kernels' name for it
 
 Kernel = Callable[..., "torch.Tensor | tuple[torch.Tensor, ...]"]
 KernelBuilder = Callable[[Node], Kernel]
@@ -58,7 +59,3 @@ def const_input(node: Node, i: int) -> np.ndarray | None:
 
 def ints_of(t: torch.Tensor | None) -> list[int] | None:
     return None if t is None else [int(x) for x in t.reshape(-1).tolist()]
-
-
-def opset(node: Node) -> int:
-    return node.graph.opset.get(node.domain, 21) if node.graph is not None else 21
