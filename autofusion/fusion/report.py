@@ -21,6 +21,9 @@ class RuleReport:
     est_speedup: float | None  # of the matched subgraphs, by the cost model
 
 
+NEAR_MISSES_SHOWN = 3   # per rule, in the text report
+
+
 @dataclass
 class NearMissReport:
     rule: str
@@ -83,8 +86,14 @@ class FusionReport:
                          f"{m['fused_ms']:.2f} ms, median of {m['runs']} runs)")
         if self.near_misses:
             lines += ["", f"Not fused ({len(self.near_misses)}):"]
+            by_rule: dict[str, list[NearMissReport]] = {}
             for nm in self.near_misses:
-                lines.append(f"  {nm.rule}: {nm.reason}")
+                by_rule.setdefault(nm.rule, []).append(nm)
+            for rule, misses in by_rule.items():   # a 12-layer model repeats each reason 12 times
+                lines += [f"  {rule}: {nm.reason}" for nm in misses[:NEAR_MISSES_SHOWN]]
+                if len(misses) > NEAR_MISSES_SHOWN:
+                    lines.append(f"  {rule}: … and {len(misses) - NEAR_MISSES_SHOWN} more like these "
+                                 "(every one is in the JSON report)")
         return "\n".join(lines)
 
     def __str__(self) -> str:

@@ -6,6 +6,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from onnx import TensorProto, helper
 
 import autofusion
 from autofusion.errors import AutofusionError
@@ -84,3 +85,16 @@ def test_fused_model_runs_like_the_original():
     x = np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32)
     np.testing.assert_allclose(autofusion.compile(model, level=2)(x), autofusion.compile(model, level=0)(x),
                                rtol=1e-6, atol=1e-7)
+
+
+def test_report_text_shows_a_few_near_misses_per_rule_and_counts_the_rest():
+    """Six SiLU-like chains whose sigmoid is also an output: six near-misses of one rule."""
+    nodes = [n for i in range(6) for n in (helper.make_node("Sigmoid", [f"x{i}"], [f"s{i}"], name=f"sig{i}"),
+                                           helper.make_node("Mul", [f"x{i}", f"s{i}"], [f"y{i}"], name=f"mul{i}"))]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(f"x{i}", TensorProto.FLOAT, [4]) for i in range(6)],
+                          [helper.make_tensor_value_info(f"{v}{i}", TensorProto.FLOAT, [4]) for i in range(6) for v in "ys"])
+    report = autofusion.compile(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), level=1).report
+    text = report.text()
+    assert len(report.near_misses) == 6 and text.count("SiLUFusionOp: '") == 3
+    assert "SiLUFusionOp: … and 3 more like these (every one is in the JSON report)" in text
+    assert len(json.loads(report.dumps())["near_misses"]) == 6
