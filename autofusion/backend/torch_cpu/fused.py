@@ -8,6 +8,7 @@ input into its kernel lists it in `baked(...)`, and the executor then neither pa
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Callable
 
@@ -335,8 +336,12 @@ def attention(node: Node) -> Kernel:
       NaN. Unless the op asks for 0 (nan_to_zero), a mask with such a row runs the decomposition.
     Either check costs a few µs, against a millisecond of attention."""
     scale, zero_rows = node.attr("scale", 1.0), node.attr("nan_to_zero", 0)
-    sdpa = F.scaled_dot_product_attention
     q, k, mask = node.inputs[0], node.inputs[1], node.input(3)
+    # one key/value head for every query head (multi-query) broadcasts in the decomposition's
+    # MatMul; SDPA takes it as grouped-query attention
+    one_kv_head = k.shape is not None and len(k.shape) == 4 and k.shape[1] == 1
+    sdpa = functools.partial(F.scaled_dot_product_attention, enable_gqa=True) if one_kv_head else \
+        F.scaled_dot_product_attention
     scores = None if q.shape is None or k.shape is None else (*q.shape[:-1], k.shape[-2])
     shape_known = mask is None or (scores is not None and fits(mask.shape, scores))
     rows_known = mask is None or zero_rows or (mask.const is not None and not dead_rows(mask.const))

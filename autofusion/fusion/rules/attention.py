@@ -6,6 +6,9 @@ Exporters write kᵀ as a Transpose — [0,1,3,2] of k, or [0,2,3,1] straight fr
 projection — and the scale as a Div by √d or a Mul by 1/√d. The fused op takes k itself: the
 swap is composed with kᵀ's own Transpose, so at most one Transpose (a view) remains.
 
+Keys and values with one head for all the query heads (multi-query attention, Falcon) broadcast
+in MatMul; SDPA takes them as grouped-query attention with one group.
+
 GPT-2 masks causally with Where(keep, scores, lowest) before the softmax. Adding
 Where(keep, 0, lowest) instead gives the same float32 scores: any score below 10³¹ in magnitude
 plus the lowest float rounds back to the lowest float. So the keep mask joins the additive mask,
@@ -108,10 +111,11 @@ def check(m) -> str | None:
     if rank < 3 or len(kt.shape) != rank or len(v.shape) != rank:
         return (f"MatMul {qk.name!r}: q {dims(q)}, kᵀ {dims(kt)}, v {dims(v)} are not "
                 "[batch…, seq, head_dim] of one rank ≥ 3")
-    batch = q.shape[:-2]
-    if None in batch or kt.shape[:-2] != batch or v.shape[:-2] != batch:
+    batch, kv = q.shape[:-2], kt.shape[:-2]
+    one_kv_head = rank == 4 and kv[0] == batch[0] and kv[1] == 1   # multi-query (Falcon): SDPA's GQA
+    if None in batch or v.shape[:-2] != kv or (kv != batch and not one_kv_head):
         return (f"MatMul {qk.name!r}: q {dims(q)}, kᵀ {dims(kt)}, v {dims(v)} do not share their "
-                "batch and head dims (SDPA does not broadcast them)")
+                "batch and head dims (SDPA broadcasts only a single key/value head)")
     if None in (q.shape[-1], kt.shape[-1]) or q.shape[-1] != kt.shape[-2] or kt.shape[-1] != v.shape[-2]:
         return f"MatMul {qk.name!r}: q {dims(q)}, kᵀ {dims(kt)}, v {dims(v)}: head or key dims differ"
     axis = attr_value(softmax, "axis")

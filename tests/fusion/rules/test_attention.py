@@ -147,16 +147,17 @@ def test_mask_that_would_grow_the_scores_is_refused():
         "without growing them")
 
 
-def test_keys_shared_across_heads_are_refused():
-    """Grouped keys ([B,1,D,S] against [B,H,S,D] queries) broadcast in MatMul, not in SDPA."""
+def test_keys_shared_across_batch_are_refused():
+    """Keys broadcast over the batch ([1,H,D,S] against [B,H,S,D] queries) are fine for MatMul,
+    not for SDPA."""
     nodes = [node("MatMul", ["q", "kt"], ["s"]), node("Softmax", ["s"], ["p"], axis=-1),
              node("MatMul", ["p", "v"], ["y"])]
-    model = onnx_model(nodes, {"q": (2, 4, 8, 16), "kt": (2, 1, 16, 8), "v": (2, 1, 8, 16)}, ["y"])
+    model = onnx_model(nodes, {"q": (2, 4, 8, 16), "kt": (1, 4, 16, 8), "v": (1, 4, 8, 16)}, ["y"])
     graph, report = fuse(model)
     assert "autofusion::Attention" not in ops(graph)
     assert near_miss(report, "AttentionFusionOp") == (
-        "MatMul 's': q [2,4,8,16], kᵀ [2,1,16,8], v [2,1,8,16] do not share their batch and head "
-        "dims (SDPA does not broadcast them)")
+        "MatMul 's': q [2,4,8,16], kᵀ [1,4,16,8], v [1,4,8,16] do not share their batch and head "
+        "dims (SDPA broadcasts only a single key/value head)")
 
 
 def test_softmax_over_another_axis_is_refused():
@@ -300,4 +301,15 @@ def test_gpt_neo_causal_attention_without_a_scale():
                        {"keep": np.tri(8, dtype=bool)[None, None], "lowest": np.float32(LOWEST)})
     graph, report = fuse(model)
     assert matched(report, "CausalAttentionFusionOp") == 1 and "Softmax" not in ops(graph)
+    assert_same_outputs(model, rtol=1e-5)
+
+
+def test_one_key_value_head_for_all_query_heads_is_multi_query_attention():
+    """Falcon: k and v have one head that broadcasts over the query heads; SDPA's GQA takes it."""
+    nodes = [node("MatMul", ["q", "kt"], ["s"]), node("Div", ["s", "c"], ["scaled"]),
+             node("Softmax", ["scaled"], ["p"], axis=-1), node("MatMul", ["p", "v"], ["y"])]
+    model = onnx_model(nodes, {"q": (2, 4, 8, 16), "kt": (2, 1, 16, 8), "v": (2, 1, 8, 16)}, ["y"],
+                       {"c": np.float32(4)})
+    graph, report = fuse(model)
+    assert matched(report, "AttentionFusionOp") == 1
     assert_same_outputs(model, rtol=1e-5)
