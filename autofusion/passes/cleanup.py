@@ -175,11 +175,18 @@ def resolve_cast_like(graph: Graph) -> int:
 
 def _merged(old: tuple, new: tuple) -> tuple:
     """old with what new adds: a size where old has a symbol or nothing, a symbol where old has
-    nothing. old's symbols stay, so the equalities they state between values stay too."""
+    nothing, and a named symbol ("seq", traced from an input) where old has one that ONNX's
+    inference made up ("unk__7", equal to nothing else). Other symbols of old stay, so the
+    equalities they state between values stay too."""
     if len(old) != len(new):
         return old
-    return tuple(o if isinstance(o, int) or (o is not None and not isinstance(n, int)) else n
+    return tuple(n if isinstance(n, int) and not isinstance(o, int) or o is None or
+                 (_made_up(o) and isinstance(n, str) and not _made_up(n)) else o
                  for o, n in zip(old, new))
+
+
+def _made_up(d) -> bool:
+    return isinstance(d, str) and d.startswith("unk__")
 
 
 def refine_shapes(graph: Graph) -> int:

@@ -3,7 +3,8 @@
 Each mirrors the structure of a model family the product targets: a ResNet bottleneck stack with
 BatchNorm, a MobileNetV3 block (depthwise conv, squeeze-excite, hard-swish), a BERT encoder
 layer (multi-head attention with an additive mask, GELU feed-forward, post-LN LayerNorm), and a
-GPT-2 decoder block (pre-LN, causal attention, tanh GELU, tied LM head). The ONNX files
+GPT-2 decoder block (pre-LN, causal attention, tanh GELU, tied LM head), and a LLaMA decoder
+block (RMSNorm, rotary embeddings, grouped-query attention, SiLU-gated MLP). The ONNX files
 are exported with constant folding off so they stay what a framework emits.
 """
 from __future__ import annotations
@@ -143,6 +144,54 @@ class GPTBlock(nn.Module):
         return self.ln_f(x) @ self.wte.weight.T
 
 
+class LlamaBlock(nn.Module):
+    """One LLaMA decoder block as transformers writes it: RMSNorm, rotary position embeddings
+    (rotate_half), grouped-query attention with repeat_kv, a SiLU-gated MLP, tied head."""
+
+    def __init__(self, hidden: int = 64, heads: int = 4, kv_heads: int = 2, vocab: int = 100):
+        super().__init__()
+        self.heads, self.kv_heads, self.dh = heads, kv_heads, hidden // heads
+        self.embed = nn.Embedding(vocab, hidden)
+        self.norm_weights = nn.ParameterList(nn.Parameter(1 + 0.1 * torch.randn(hidden)) for _ in range(3))
+        self.q = nn.Linear(hidden, hidden, bias=False)
+        self.k, self.v = (nn.Linear(hidden, kv_heads * self.dh, bias=False) for _ in range(2))
+        self.o = nn.Linear(hidden, hidden, bias=False)
+        self.gate, self.up = (nn.Linear(hidden, 2 * hidden, bias=False) for _ in range(2))
+        self.down = nn.Linear(2 * hidden, hidden, bias=False)
+        self.register_buffer("inv_freq", 1.0 / 10000 ** (torch.arange(0, self.dh, 2).float() / self.dh))
+
+    def _norm(self, x, i):
+        return self.norm_weights[i] * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
+
+    def _heads(self, x, n):
+        return x.view(*x.shape[:-1], n, self.dh).transpose(1, 2)
+
+    def forward(self, input_ids):
+        x = self.embed(input_ids)
+        b, s = input_ids.shape
+        angles = torch.arange(s).float()[None, :, None] * self.inv_freq[None, None, :]
+        emb = torch.cat([angles, angles], -1)[:, None]                 # [1, 1, s, dh]
+        cos, sin = emb.cos(), emb.sin()
+
+        def rotary(t):
+            half = t.shape[-1] // 2
+            return t * cos + torch.cat([-t[..., half:], t[..., :half]], -1) * sin
+
+        h = self._norm(x, 0)
+        q, k, v = self._heads(self.q(h), self.heads), self._heads(self.k(h), self.kv_heads), \
+            self._heads(self.v(h), self.kv_heads)
+        q, k = rotary(q), rotary(k)
+        rep = self.heads // self.kv_heads                                # repeat_kv
+        k, v = (t[:, :, None].expand(b, self.kv_heads, rep, s, self.dh).reshape(b, self.heads, s, self.dh)
+                for t in (k, v))
+        causal = torch.full((s, s), torch.finfo(x.dtype).min).triu(1)
+        w = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(self.dh) + causal, -1)
+        x = x + self.o((w @ v).transpose(1, 2).reshape(b, s, -1))
+        h = self._norm(x, 1)
+        x = x + self.down(nn.functional.silu(self.gate(h)) * self.up(h))
+        return self._norm(x, 2) @ self.embed.weight.T
+
+
 def export(module: nn.Module, args: tuple, input_names: list[str], dynamic: dict | None = None,
            opset: int = 17) -> onnx.ModelProto:
     """Export with the TorchScript exporter, constant folding off (the raw framework graph)."""
@@ -192,5 +241,12 @@ def gpt_block() -> tuple[onnx.ModelProto, dict]:
     return model, {"input_ids": ids.numpy()}
 
 
+def llama_block() -> tuple[onnx.ModelProto, dict]:
+    torch.manual_seed(0)
+    ids = torch.randint(0, 100, (2, 12))
+    model = export(LlamaBlock(), (ids,), ["input_ids"], {"input_ids": {0: "batch", 1: "seq"}})
+    return model, {"input_ids": ids.numpy()}
+
+
 ARCHITECTURES = {"resnet_stack": resnet_stack, "mobilenet_block": mobilenet_block,
-                 "bert_layer": bert_layer, "gpt_block": gpt_block}
+                 "bert_layer": bert_layer, "gpt_block": gpt_block, "llama_block": llama_block}

@@ -62,7 +62,8 @@ def test_resnet_keeps_its_batchnorms():
 
 @pytest.mark.parametrize("name, feeds", [
     ("bert_layer", {"input_ids": np.arange(21).reshape(3, 7) % 100, "attention_mask": np.ones((3, 7), np.int64)}),
-    ("gpt_block", {"input_ids": np.arange(15).reshape(1, 15) % 100})])
+    ("gpt_block", {"input_ids": np.arange(15).reshape(1, 15) % 100}),
+    ("llama_block", {"input_ids": np.arange(21).reshape(3, 7) % 100})])
 def test_symbolic_batch_and_sequence_run_at_other_sizes(name, feeds):
     model, _ = ARCHITECTURES[name]()
     assert_close(autofusion.compile(model)(**feeds), ort_run(model, feeds)[0])
@@ -85,6 +86,10 @@ EXPECTED_FUSIONS = {   # what level 2 must find in each CI-sized architecture
     # ln_1 → c_attn, ln_2 → c_fc, ln_f → LM head; the GELU joins c_fc through its Reshape
     "gpt_block": {"CausalAttentionFusionOp": 1, "LayerNormMatMulFusionOp": 3, "GeluTanhFusionOp": 1,
                   "MatMulGeluFusionOp": 1, "AddLayerNormFusionOp": 1},
+    # attention through rotary and repeat_kv with symbolic batch and sequence; the final norm
+    # folds into the head (the others feed q/k/v and gate/up)
+    "llama_block": {"AttentionFusionOp": 1, "RMSNormFusionOp": 3, "MatMulSiLUFusionOp": 1,
+                    "LayerNormMatMulFusionOp": 1},
 }
 
 

@@ -234,3 +234,13 @@ def test_a_view_with_symbolic_dims_gets_its_head_count():
     (("b", "s", 768), ["b", 64], None), (("b", None, 768), ["b", 12, 64], None)])
 def test_the_dim_a_reshape_infers(total, others, dim):
     assert inferred_dim(total, others) == dim
+
+
+@pytest.mark.parametrize("old, new, merged", [
+    (("unk__3", 4), ("seq", 4), ("seq", 4)),           # a traced name replaces a made-up one
+    (("batch", 4), ("seq", 4), ("batch", 4)),          # a name already there stays
+    (("unk__3", 4), ("unk__9", 4), ("unk__3", 4)),
+    ((None, "unk__1"), (2, 3), (2, 3)),                 # sizes always win
+    ((5, None), (None, None), (5, None))])
+def test_refined_shapes_merge_what_they_add(old, new, merged):
+    assert cleanup._merged(old, new) == merged
