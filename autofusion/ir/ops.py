@@ -158,6 +158,19 @@ def _expand(node: Node):
     return [(broadcast_shapes(x.shape, tuple(dims)), x.dtype)]
 
 
+def slice_bounds(d: int, start: int, end: int, step: int) -> tuple[int, int, int]:
+    """Slice bounds clamped as the ONNX spec says: negatives count from the end, then starts go
+    to [0, d] stepping forward and [0, d-1] stepping back, ends to [0, d] and [-1, d-1]. (Python's
+    slice.indices differs going back from before -d: it takes nothing where ONNX starts at 0.)
+    The end comes back as Python's range wants it: -1 means "past index 0", not "the last"."""
+    if step == 0:
+        raise ValueError("Slice step 0")
+    start, end = start + d if start < 0 else start, end + d if end < 0 else end
+    if step > 0:
+        return min(max(start, 0), d), min(max(end, 0), d), step
+    return min(max(start, 0), d - 1), min(max(end, -1), d - 1), step
+
+
 def shape_value(v: Value | None, depth: int = 0) -> list[Dim] | None:
     """The value of a 1-D integer tensor that holds dims, as dims (ints, symbolic names, None
     where unknown), when it is computed the way exporters build reshape targets: a Concat of
@@ -189,7 +202,9 @@ def shape_value(v: Value | None, depth: int = 0) -> list[Dim] | None:
         start, end, *rest = (None if i is None else int(i.const.reshape(-1)[0]) for i in node.inputs[1:])
         if rest and rest[0] not in (None, 0, -1):
             return None
-        return picked[start:end:rest[1] if len(rest) > 1 and rest[1] is not None else 1]
+        start, end, step = slice_bounds(len(picked), start, end,
+                                        rest[1] if len(rest) > 1 and rest[1] is not None else 1)
+        return [picked[i] for i in range(start, end, step)]
     return None
 
 
@@ -421,16 +436,11 @@ def _slice_len(d: Dim, start: int, end: int, step: int) -> Dim:
         backward = step == -1 and (start == -1 or start >= _BIG) and end <= -_BIG
         return d if forward or backward else None
     if step < 0 and (end in (2**31 - 1, 2**63 - 1) or start < -d):
-        # runtimes differ here: ONNX Runtime reads an INT_MAX end going back as "to the
-        # front" (the spec clamps it to d-1: nothing), and Python's clamping, which the torch
-        # kernels use, takes nothing from a start before -d where the spec starts at 0
+        # runtimes have differed here: ONNX Runtime reads an INT_MAX end going back as "to the
+        # front" (the spec clamps it to d-1: nothing), and Python's clamping takes nothing from
+        # a start before -d where the spec starts at 0
         return None
-    start, end = start + d if start < 0 else start, end + d if end < 0 else end
-    if step > 0:
-        start, end = min(max(start, 0), d), min(max(end, 0), d)
-    else:
-        start, end = min(max(start, 0), d - 1), min(max(end, -1), d - 1)
-    return len(range(start, end, step))
+    return len(range(*slice_bounds(d, start, end, step)))
 
 
 def _slice(node: Node):

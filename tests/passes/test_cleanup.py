@@ -244,3 +244,15 @@ def test_the_dim_a_reshape_infers(total, others, dim):
     ((5, None), (None, None), (5, None))])
 def test_refined_shapes_merge_what_they_add(old, new, merged):
     assert cleanup._merged(old, new) == merged
+
+
+def test_a_slice_of_a_shape_folds_with_onnx_clamping():
+    """Shape [2,3,4] read back from before its start: ONNX starts at index 0 (Python: nothing)."""
+    nodes = [node("Shape", ["x"], ["s"]), node("Slice", ["s", "start", "end", "axis", "step"], ["picked"]),
+             node("Reshape", ["z", "picked"], ["y"])]
+    consts = {"start": np.array([-10]), "end": np.array([-10]), "axis": np.array([0]), "step": np.array([-1])}
+    model = onnx_model(nodes, {"x": (2, 3, 4), "z": (2,)}, ["y"], consts)
+    graph = import_onnx(model)
+    assert fold_static_shapes(graph) == 2
+    assert graph.nodes[0].inputs[1].const.tolist() == [2]
+    assert_same_as_original(model, graph)

@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from ...ir import DType, Node
+from ...ir.ops import slice_bounds
 from .common import Kernel, const_input, ints_of, kernel, opset, to_torch, torch_dtype
 
 # ---- helpers ------------------------------------------------------------------------------
@@ -69,19 +70,6 @@ def _pos_index(idx: torch.Tensor, dim: int) -> torch.Tensor:
     """ONNX indices may be negative (counted from the end); torch's gather/scatter take int64 >= 0."""
     idx = idx.long()
     return torch.where(idx < 0, idx + dim, idx)
-
-
-def onnx_slice_bounds(d: int, start: int, end: int, step: int) -> tuple[int, int, int]:
-    """Slice bounds clamped as the ONNX spec says: negatives count from the end, then starts go
-    to [0, d] stepping forward and [0, d-1] stepping back, ends to [0, d] and [-1, d-1]. (Python's
-    slice.indices differs going back from before -d: it takes nothing where ONNX starts at 0.)
-    The end comes back as Python's range wants it: -1 means "past index 0", not "the last"."""
-    if step == 0:
-        raise ValueError("Slice step 0")
-    start, end = start + d if start < 0 else start, end + d if end < 0 else end
-    if step > 0:
-        return min(max(start, 0), d), min(max(end, 0), d), step
-    return min(max(start, 0), d - 1), min(max(end, -1), d - 1), step
 
 
 # ---- reshape family -------------------------------------------------------------------------
@@ -174,7 +162,7 @@ def _slice(node: Node) -> Kernel:
         steps = steps or [1] * len(starts)
         index, flips = [slice(None)] * rank, []
         for a, s, e, st in zip(axes, starts, ends, steps):
-            s, e, st = onnx_slice_bounds(shape[a], int(s), int(e), int(st))
+            s, e, st = slice_bounds(shape[a], int(s), int(e), int(st))
             if st > 0:
                 index[a] = slice(s, e, st)
             else:  # torch has no negative steps: take the same elements ascending, then flip
