@@ -23,16 +23,19 @@ def load(model: Model) -> Graph:
 
 
 def compile(model: Model, level: int | None = None,  # noqa: A001 - mirrors torch.compile
-            disable: Iterable[str] | str | None = None) -> CompiledModel:
+            disable: Iterable[str] | str | None = None, backend: str | None = None,
+            threads: int | None = None) -> CompiledModel:
     """Compile an ONNX model (a path, a ModelProto or an IR Graph) into a callable CompiledModel.
 
     level: 0 runs every operator as imported, 1 applies clean-up and the basic rules, 2 (the
     default) everything. disable: fused-op names to leave unfused. Both default to the
     environment (AUTOFUSION_LEVEL / AUTOFUSION_DISABLE, or the original's CANN_GRAPH_FUSION /
-    GE_FUSION_DISABLE_LIST).
+    GE_FUSION_DISABLE_LIST). backend: "auto" (the default; native code wherever this machine
+    can build it), "native" (an error where it cannot) or "torch" (PyTorch kernels only), or
+    AUTOFUSION_BACKEND. threads: the OpenMP threads every kernel uses (default: as torch has it).
     """
     level, disable = resolve_controls(level, disable)
     graph = load(model)
     name = Path(model).name if isinstance(model, (str, os.PathLike)) else graph.name
     report = optimize(graph, level, disable, evaluate_node, model_name=name)
-    return CompiledModel(graph, report)
+    return CompiledModel(graph, report, backend, threads)

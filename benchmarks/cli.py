@@ -61,8 +61,8 @@ def build_parser(prog: str = "autofusion bench") -> argparse.ArgumentParser:
     return p
 
 
-def _names(text: str | None, default: list[str], known: list[str], what: str,
-           parser: argparse.ArgumentParser) -> list[str]:
+def parse_names(text: str | None, default: list[str], known: list[str], what: str,
+                parser: argparse.ArgumentParser) -> list[str]:
     names = [n.strip() for n in text.split(",") if n.strip()] if text else list(default)
     unknown = [n for n in names if n not in known]
     if unknown:
@@ -77,9 +77,9 @@ def settings_from_args(args, parser: argparse.ArgumentParser) -> Settings:
         parser.error("--rounds and --block must be at least 1, --warmup at least 0")
     if args.batch < 1 or args.threads < 1:
         parser.error("--batch and --threads must be at least 1")
-    model_names = _names(args.models, [QUICK_MODEL] if args.quick else ZOO, list(models.MODELS),
-                         "model", parser)
-    systems = _names(args.systems, SYSTEM_NAMES, SYSTEM_NAMES, "system", parser)
+    model_names = parse_names(args.models, [QUICK_MODEL] if args.quick else ZOO,
+                              list(models.MODELS), "model", parser)
+    systems = parse_names(args.systems, SYSTEM_NAMES, SYSTEM_NAMES, "system", parser)
     if REFERENCE not in systems:
         systems.append(REFERENCE)
     return Settings(models=model_names, systems=systems, batch=args.batch, threads=args.threads,
@@ -88,12 +88,18 @@ def settings_from_args(args, parser: argparse.ArgumentParser) -> Settings:
 
 def pin_threads(threads: int) -> None:
     """One thread count for every system: PyTorch (eager, Inductor, autofusion's kernels) here,
-    ONNX Runtime through its session options (systems.py)."""
+    ONNX Runtime and OpenVINO through their own options (systems.py)."""
     torch.set_num_threads(threads)
     try:
         torch.set_num_interop_threads(1)
     except RuntimeError:    # only settable before the first inter-op work; then it stays
         pass
+
+
+def system_entries(systems) -> list[dict]:
+    """The results' list of systems, in column order."""
+    return [{"name": s.name, "label": s.label, "peer": s.peer, "precision": s.precision}
+            for s in systems]
 
 
 def main(argv: list[str] | None = None, prog: str = "autofusion bench") -> int:
@@ -113,8 +119,8 @@ def main(argv: list[str] | None = None, prog: str = "autofusion bench") -> int:
     results = {
         "machine": machine_info(" ".join([prog, shlex.join(argv)]).strip()),
         "settings": asdict(settings),
-        "systems": [{"name": s.name, "label": s.label, "peer": s.peer}
-                    for s in all_systems() if s.name in settings.systems],
+        "reference": REFERENCE,
+        "systems": system_entries(s for s in all_systems() if s.name in settings.systems),
         "models": {},
     }
     for i, name in enumerate(settings.models, 1):

@@ -8,7 +8,8 @@ import platform
 import subprocess
 from pathlib import Path
 
-PACKAGES = ("torch", "onnxruntime", "onnx", "numpy", "autofusion", "torchvision", "transformers")
+PACKAGES = ("torch", "onnxruntime", "onnx", "numpy", "autofusion", "openvino", "torchvision",
+            "transformers")
 
 
 def cpu_model() -> str:

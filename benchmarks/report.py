@@ -1,20 +1,24 @@
 """A run's results in three forms: JSON (everything), a markdown table, a PNG chart.
 
 The results dict (also the JSON):
-    machine:  cpu, cores, versions, date, command (machine.py)
-    settings: the run's settings (runner.Settings)
-    systems:  [{name, label, peer}] in column order
-    models:   {model: {status: ok|skipped|error, message?, onnx, export_s, inputs,
-                       systems: {system: {label, peer, status: ok|wrong|error|not run,
-                                          median_ms, p10_ms, p90_ms, runs, compile_s,
-                                          max_rel_diff, error, info}}}}
+    machine:   cpu, cores, versions, date, command (machine.py)
+    settings:  the run's settings (runner.Settings)
+    reference: the system every other is checked against
+    systems:   [{name, label, peer, precision}] in column order
+    models:    {model: {status: ok|skipped|error, message?, onnx, export_s, inputs,
+                        systems: {system: {label, peer, precision,
+                                           status: ok|wrong|error|skipped|not run,
+                                           median_ms, p10_ms, p90_ms, runs, compile_s,
+                                           max_rel_diff, error, info}}}}
 Ratios are speedups (>1: level 2 is faster): "L2 vs L0" = L0 median / L2 median; "L2 vs best
-peer" = the fastest correct peer's median / L2 median.
+peer" = the fastest correct fp32 peer's median / L2 median (a bf16 peer is shown, never the
+yardstick: it does less work per value than autofusion's fp32).
 """
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 L0, L2 = "autofusion-L0", "autofusion-L2"
@@ -33,9 +37,9 @@ def speedup_l2_vs_l0(model: dict) -> float | None:
 
 
 def best_peer(model: dict) -> tuple[str, float] | None:
-    """(label, median ms) of the fastest peer whose outputs were right."""
+    """(label, median ms) of the fastest fp32 peer whose outputs were right."""
     timed = [(r["median_ms"], r["label"]) for r in model.get("systems", {}).values()
-             if r["peer"] and r["status"] == "ok"]
+             if r["peer"] and r.get("precision", "fp32") == "fp32" and r["status"] == "ok"]
     if not timed:
         return None
     ms, label = min(timed)
@@ -103,21 +107,31 @@ def _table(results: dict, value, ratios: bool) -> list[str]:
     return lines
 
 
-def markdown(results: dict) -> str:
+def _reference_label(results: dict) -> str:
+    name = results.get("reference", "torch-eager")
+    return next((s["label"] for s in results["systems"] if s["name"] == name), name)
+
+
+def markdown(results: dict, title: str = "autofusion benchmark", notes: Sequence[str] = ()) -> str:
+    """The run as markdown: the median table with its ratios, then `notes` (one line each), the
+    spread, the compile times and every problem."""
     m, s = results["machine"], results["settings"]
     v = m["versions"]
     commit = f" ({m['autofusion_commit']})" if m.get("autofusion_commit") else ""
+    openvino = f", openvino {v['openvino']}" if v.get("openvino") else ""
     lines = [
-        f"# autofusion benchmark — {m['date']}", "",
+        f"# {title} — {m['date']}", "",
         f"{m['cpu']}, {m['cores']} cores; {s['threads']} threads for every system; batch {s['batch']}; "
-        f"python {m['python']}, torch {v['torch']}, onnxruntime {v['onnxruntime']}, "
+        f"python {m['python']}, torch {v['torch']}, onnxruntime {v['onnxruntime']}{openvino}, "
         f"onnx {v['onnx']}, autofusion {v['autofusion']}{commit}.", "",
         f"Median latency in ms of {s['rounds']} rounds x {s['block']} runs per system, systems "
         f"alternating in blocks after {s['warmup']} warm-up runs each. Outputs checked against "
-        f"PyTorch eager first: \"wrong (d)\" = max|diff|/max|ref| = d > {s['tolerance']:g}, not "
-        f"timed. Ratios > 1: autofusion level 2 is faster.", "",
+        f"{_reference_label(results)} first: \"wrong (d)\" = max|diff|/max|ref| = d > "
+        f"{s['tolerance']:g}, not timed. Ratios > 1: autofusion level 2 is faster; the best peer "
+        f"is the fastest fp32 one.", "",
         f"Command: `{m['command']}`", "",
         *_table(results, lambda r: _ms(r["median_ms"]), ratios=True), "",
+        *(f"- {note}" for note in notes), *([""] if notes else []),
         "## Spread (p10–p90 ms)", "",
         *_table(results, lambda r: f"{_ms(r['p10_ms'])}–{_ms(r['p90_ms'])}", ratios=False), "",
         "## Compile / session-creation time (s)", "",

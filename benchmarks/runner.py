@@ -3,11 +3,12 @@
 For each model:
   1. export it to ONNX once (TorchScript exporter, exporter optimisation off), cached in the
      output directory; every ONNX-consuming system reads that same file;
-  2. load and compile each system, recording the compile/session-creation time; PyTorch eager
-     goes first, its outputs are the reference;
+  2. load and compile each system, recording the compile/session-creation time; the reference
+     (PyTorch eager; ONNX Runtime for the micro models) goes first;
   3. run each system once and compare with the reference: max|diff|/max|ref| above the
-     tolerance marks the system "wrong", and it is not timed (its time would not be the time
-     of a correct answer); an exception marks it "error" with a short message;
+     tolerance (for a bf16 system at least PRECISION_TOLERANCE's) marks the system "wrong", and
+     it is not timed (its time would not be the time of a correct answer); an exception marks
+     it "error" with a short message, a missing optional package (openvino) "skipped";
   4. time the systems that are right together, alternating in blocks (timing.py).
 A failure of one system never stops the others, nor the run.
 """
@@ -25,7 +26,8 @@ import torch
 
 from . import models, timing
 from .progress import Progress
-from .systems import REFERENCE, ModelCase, System, all_systems, as_arrays, max_rel_diff
+from .systems import (PRECISION_TOLERANCE, REFERENCE, ModelCase, System, all_systems, as_arrays,
+                      max_rel_diff)
 
 
 @dataclass
@@ -83,28 +85,43 @@ def benchmark_model(name: str, settings: Settings, progress: Progress) -> dict:
     case = ModelCase(name, onnx_path, models.example_inputs(name, settings.batch),
                      lambda: models.build(name), settings.threads)
     systems = [s for s in all_systems() if s.name in settings.systems]
-    results = {s.name: _empty_result(s) for s in systems}
-    ready = compile_and_check(systems, case, results, settings, progress)
-    time_systems(ready, case.name, results, settings, progress)
+    results = run_case(case, systems, settings, progress)
 
     inputs = {k: list(v.shape) for k, v in case.inputs.items()}
-    del ready, systems, case
+    del systems, case
     _release_compiled_state()
     return {"status": "ok", "onnx": onnx_path, "export_s": export_s, "inputs": inputs,
             "systems": results}
 
 
+def run_case(case: ModelCase, systems: list[System], settings: Settings, progress: Progress,
+             reference: str = REFERENCE) -> dict[str, dict]:
+    """Compile, check against `reference` (one of `systems`) and time the systems on one model;
+    one result per system, by name."""
+    results = {s.name: _empty_result(s) for s in systems}
+    ready = compile_and_check(systems, case, results, settings, progress, reference)
+    time_systems(ready, case.name, results, settings, progress)
+    return results
+
+
 def compile_and_check(systems: list[System], case: ModelCase, results: dict[str, dict],
-                      settings: Settings, progress: Progress) -> dict[str, System]:
-    """Load, compile (timed) and run each system once; the ones whose outputs match PyTorch
-    eager's, by name. Fills compile_s, max_rel_diff, info, and the status of those that fail."""
+                      settings: Settings, progress: Progress,
+                      reference: str = REFERENCE) -> dict[str, System]:
+    """Load, compile (timed) and run each system once; the ones whose outputs match the
+    reference system's, by name. Fills compile_s, max_rel_diff, info, and the status of those
+    that fail."""
     # the reference first: every other system is checked against its outputs
-    systems = sorted(systems, key=lambda s: s.name != REFERENCE)
-    reference = None
+    systems = sorted(systems, key=lambda s: s.name != reference)
+    reference_label = results[reference]["label"]
+    expected = None
     ready: dict[str, System] = {}
     for system in systems:
-        progress.step(f"{case.name}: compiling {system.label}")
         result = results[system.name]
+        if system.package and importlib.util.find_spec(system.package) is None:
+            _fail(result, "skipped", f"needs {system.package}, not installed "
+                  "(pip install -e '.[bench]')", case.name, system, progress)
+            continue
+        progress.step(f"{case.name}: compiling {system.label}")
         try:
             system.load(case)
             start = time.perf_counter()
@@ -115,16 +132,17 @@ def compile_and_check(systems: list[System], case: ModelCase, results: dict[str,
         except Exception as e:  # noqa: BLE001 - recorded, the other systems go on
             _fail(result, "error", short_error(e), case.name, system, progress)
             continue
-        if system.name == REFERENCE:
-            reference = outputs
-        if reference is None:
-            _fail(result, "error", "no reference: PyTorch eager did not run", case.name, system,
-                  progress)
+        if system.name == reference:
+            expected = outputs
+        if expected is None:
+            _fail(result, "error", f"no reference: {reference_label} did not run", case.name,
+                  system, progress)
             continue
-        result["max_rel_diff"] = diff = max_rel_diff(outputs, reference)
-        if diff > settings.tolerance:
-            _fail(result, "wrong", f"outputs differ from PyTorch eager: max rel diff {diff:.3g} "
-                  f"> {settings.tolerance:g}", case.name, system, progress)
+        result["max_rel_diff"] = diff = max_rel_diff(outputs, expected)
+        tolerance = max(settings.tolerance, PRECISION_TOLERANCE.get(system.precision, 0.0))
+        if diff > tolerance:
+            _fail(result, "wrong", f"outputs differ from {reference_label}: max rel diff "
+                  f"{diff:.3g} > {tolerance:g}", case.name, system, progress)
             continue
         ready[system.name] = system
     return ready
@@ -152,9 +170,9 @@ def time_systems(ready: dict[str, System], model: str, results: dict[str, dict],
 
 
 def _empty_result(system: System) -> dict:
-    return {"label": system.label, "peer": system.peer, "status": "not run", "median_ms": None,
-            "p10_ms": None, "p90_ms": None, "runs": 0, "compile_s": None, "max_rel_diff": None,
-            "error": None, "info": {}}
+    return {"label": system.label, "peer": system.peer, "precision": system.precision,
+            "status": "not run", "median_ms": None, "p10_ms": None, "p90_ms": None, "runs": 0,
+            "compile_s": None, "max_rel_diff": None, "error": None, "info": {}}
 
 
 def _fail(result: dict, status: str, message: str, model: str, system: System,

@@ -11,7 +11,8 @@
 
 Every ONNX-consuming system reads the same exported file. Threads: the runner sets
 torch.set_num_threads once for the process (PyTorch eager, Inductor's kernels and autofusion's
-PyTorch kernels all use it); ONNX Runtime gets the same count through its session options.
+PyTorch kernels all use it); ONNX Runtime and OpenVINO get the same count through their own
+options.
 """
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ class ModelCase:
     name: str
     onnx_path: str
     inputs: dict[str, torch.Tensor]        # named example inputs, in the forward's order
-    build: Callable[[], nn.Module]         # a fresh eval-mode module with the same weights
+    build: Callable[[], nn.Module] | None  # a fresh eval-mode module with the same weights
+                                           # (None: an ONNX-only model, e.g. the micro ones)
     threads: int
 
     def numpy_inputs(self) -> dict[str, np.ndarray]:
@@ -40,6 +42,8 @@ class System:
     name = ""      # key in the JSON
     label = ""     # column header in the table
     peer = True    # a system a user would pick instead of autofusion
+    precision = "fp32"   # what it computes in; only fp32 peers count as autofusion's best peer
+    package = None       # an optional package it needs; when missing, the system is skipped
 
     def load(self, case: ModelCase) -> None:
         self.case = case
@@ -58,16 +62,21 @@ class System:
 # ---- autofusion ----------------------------------------------------------------------------
 
 class Autofusion(System):
+    """autofusion at one level on one backend: "native" (the C++ one, named plainly) or "torch"
+    (its PyTorch/oneDNN kernels, named with a -torch suffix)."""
     peer = False
 
-    def __init__(self, level: int):
+    def __init__(self, level: int, backend: str = "native"):
         self.level = level
-        self.name = f"autofusion-L{level}"
-        self.label = f"autofusion L{level}"
+        self.backend = backend
+        native = backend == "native"
+        self.name = f"autofusion-L{level}" + ("" if native else f"-{backend}")
+        self.label = f"autofusion L{level}" + ("" if native else f" ({backend})")
 
     def compile(self) -> None:
         import autofusion
-        self.model = autofusion.compile(self.case.onnx_path, level=self.level)
+        self.model = autofusion.compile(self.case.onnx_path, level=self.level,
+                                        backend=self.backend)
         # torch tensors in, torch tensors out: the zero-conversion path of CompiledModel
         self.feeds = {n: self.case.inputs[n] for n in self.model.input_names}
 
@@ -76,8 +85,12 @@ class Autofusion(System):
 
     def info(self) -> dict:
         report = self.model.report
-        return {"ops_before": report.ops_before, "ops_after": report.ops_after,
+        info = {"ops_before": report.ops_before, "ops_after": report.ops_after,
                 "rules": {r.name: r.matched for r in report.rules if r.matched}}
+        plan = getattr(self.model, "plan", None)
+        if callable(getattr(plan, "summary", None)):
+            info["plan"] = plan.summary()
+        return info
 
 
 # ---- ONNX Runtime --------------------------------------------------------------------------
@@ -104,6 +117,50 @@ class OnnxRuntime(System):
 
     def run(self):
         return self.session.run(None, self.feeds)
+
+
+# ---- OpenVINO ------------------------------------------------------------------------------
+
+class OpenVino(System):
+    """OpenVINO's CPU plugin, set up for batch-1 latency: the latency hint, one stream, one
+    infer request, the common thread count. precision "fp32" forces f32 inference; "bf16" keeps
+    OpenVINO's default, which is bf16 on CPUs with avx512_bf16 or AMX (as here), f32 elsewhere —
+    either way it is not counted as an fp32 peer."""
+    package = "openvino"
+
+    def __init__(self, precision: str):
+        self.precision = precision
+        f32 = precision == "fp32"
+        self.name = "openvino-f32" if f32 else "openvino"
+        self.label = "OpenVINO f32" if f32 else "OpenVINO default (bf16 here)"
+
+    def compile(self) -> None:
+        import openvino as ov
+        import openvino.properties as props
+        import openvino.properties.hint as hints
+        config = {props.inference_num_threads(): self.case.threads,
+                  hints.performance_mode(): hints.PerformanceMode.LATENCY,
+                  hints.num_requests(): 1,
+                  props.num_streams(): 1}
+        if self.precision == "fp32":
+            config[hints.inference_precision()] = ov.Type.f32
+        self.compiled = ov.Core().compile_model(self.case.onnx_path, "CPU", config)
+        self.request = self.compiled.create_infer_request()
+        feeds = self.case.numpy_inputs()
+        self.feeds = {i.any_name: feeds[i.any_name] for i in self.compiled.inputs}
+
+    def run(self):
+        # outputs copied out of the request (share_outputs off): fresh arrays, as ORT returns
+        return self.request.infer(self.feeds, share_inputs=True).to_tuple()
+
+    def info(self) -> dict:
+        """The settings as the compiled model reports them: what really ran."""
+        import openvino.properties as props
+        import openvino.properties.hint as hints
+        get = self.compiled.get_property
+        return {"inference_precision": get(hints.inference_precision()).get_type_name(),
+                "threads": get(props.inference_num_threads()),
+                "streams": get(props.num_streams())}
 
 
 # ---- PyTorch -------------------------------------------------------------------------------
@@ -170,13 +227,18 @@ class Inductor(TorchEager):
 
 def all_systems() -> list[System]:
     """Fresh instances of every system, in table-column order: ours first, then the peers."""
-    return [Autofusion(0), Autofusion(1), Autofusion(2),
+    return [Autofusion(0), Autofusion(1), Autofusion(2), Autofusion(2, backend="torch"),
             OnnxRuntime("ORT_DISABLE_ALL"), OnnxRuntime("ORT_ENABLE_ALL"),
+            OpenVino("fp32"), OpenVino("bf16"),
             TorchEager(), Inductor(freezing=False), Inductor(freezing=True)]
 
 
 SYSTEM_NAMES = [s.name for s in all_systems()]
 REFERENCE = TorchEager.name     # every system's outputs are checked against this one
+# The least tolerance a reduced precision is checked at, whatever --tolerance says: bf16 keeps 8
+# bits of mantissa (each rounding ~0.4%), compounded over dozens of layers (OpenVINO's bf16 on
+# 64 Conv+BN+ReLU blocks: 2.3e-2 from fp32).
+PRECISION_TOLERANCE = {"bf16": 5e-2}
 
 
 def as_arrays(outputs) -> list[np.ndarray]:

@@ -1,5 +1,7 @@
-"""Execution: kernel tables per backend and the generated-code executor."""
-from .executor import CompiledModel, Program, check_supported, evaluate_node
+"""Execution: implementations per op, lowering to a plan, the torch and native backends."""
+from .executor import Program, check_supported, evaluate_node
+from .lower import Plan, lower
+from .model import CompiledModel
 from .torch_cpu import KERNELS
 
-__all__ = ["CompiledModel", "Program", "check_supported", "evaluate_node", "KERNELS"]
+__all__ = ["CompiledModel", "Plan", "Program", "check_supported", "evaluate_node", "lower", "KERNELS"]

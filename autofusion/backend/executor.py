@@ -1,4 +1,4 @@
-"""Run a graph: generated straight-line Python over bound kernels and constants.
+"""Run a graph: generated straight-line Python over bound kernels, native partitions and constants.
 
 Each node becomes one line `v7 = k3(v2, c1)` of a generated function; kernels are built once per
 node at compile time (attributes parsed, constant inputs read) and constants are converted to
@@ -16,6 +16,8 @@ import torch
 
 from ..errors import InputError, KernelBuildError, NodeExecutionError, UnsupportedOpError
 from ..ir import Graph, Node, Value
+from .impl import torch_impl
+from .lower import Plan
 from .torch_cpu import KERNELS, TORCH_DTYPES, to_torch
 
 Array = np.ndarray | torch.Tensor
@@ -29,12 +31,13 @@ def check_supported(graph: Graph) -> None:
 
 
 class Program:
-    """The generated function for one graph, with its source and line → node map."""
+    """The generated function for one graph and its plan: one line per torch node, one per
+    native partition; with its source and the line → node map for errors."""
 
-    def __init__(self, graph: Graph):
+    def __init__(self, graph: Graph, plan: Plan, native: Mapping[int, Callable] = {}):
         check_supported(graph)
-        self.graph = graph
-        self.source, namespace, self.line_nodes = self._generate(graph)
+        self.graph, self.plan = graph, plan
+        self.source, namespace, self.line_nodes = self._generate(graph, plan, native)
         filename = f"<autofusion:{graph.name}:{id(self)}>"
         linecache.cache[filename] = (len(self.source), None, self.source.splitlines(True), filename)
         exec(compile(self.source, filename, "exec"), namespace)
@@ -43,17 +46,25 @@ class Program:
         self.filename = filename
 
     @staticmethod
-    def _generate(graph: Graph):
+    def _generate(graph: Graph, plan: Plan, native: Mapping[int, Callable]):
         names: dict[int, str] = {}
         namespace: dict[str, Any] = {}
         for i, v in enumerate(graph.inputs):
             names[id(v)] = f"in{i}"
         for i, v in enumerate(graph.constants.values()):
             names[id(v)] = f"c{i}"
-        nodes = graph.nodes
+        # a step: (its nodes, the values it reads, the values it writes, a callable's name)
+        steps = []
+        for part in plan.partitions:
+            if part.target == "native":
+                namespace[f"p{part.index}"] = native[part.index]
+                steps.append((part.nodes, part.inputs, part.outputs, f"p{part.index}", None))
+            else:
+                n = part.nodes[0]
+                steps.append(([n], n.inputs, n.outputs, f"k{part.index}", plan.decisions[n].impl))
         last_use: dict[int, int] = {}
-        for j, n in enumerate(nodes):
-            for v in n.inputs:
+        for j, (_, reads, _, _, _) in enumerate(steps):
+            for v in reads:
                 if v is not None:
                     last_use[id(v)] = j
         keep = {id(v) for v in graph.outputs}
@@ -62,14 +73,17 @@ class Program:
         lines = [f"def run({', '.join(names[id(v)] for v in graph.inputs)}):"]
         line_nodes: dict[int, Node] = {}
         counter = 0
-        for j, n in enumerate(nodes):
-            try:
-                fn = namespace[f"k{j}"] = KERNELS[n.op](n)
-            except (KernelBuildError, NotImplementedError) as e:
-                raise KernelBuildError(f"cannot build a kernel for {n.describe()}: {e}") from None
-            skip = getattr(fn, "baked_inputs", ())   # constants the kernel captured itself
+        for j, (nodes, reads, writes, fn_name, impl) in enumerate(steps):
+            skip = ()
+            if impl is not None:
+                n = nodes[0]
+                try:
+                    fn = namespace[fn_name] = impl.build(n)
+                except (KernelBuildError, NotImplementedError) as e:
+                    raise KernelBuildError(f"cannot build a kernel for {n.describe()}: {e}") from None
+                skip = getattr(fn, "baked_inputs", ())   # constants the kernel captured itself
             outs = []
-            for v in n.outputs:
+            for v in writes:
                 if v.uses or id(v) in keep:
                     names[id(v)] = f"v{counter}"
                     counter += 1
@@ -77,7 +91,7 @@ class Program:
                 else:
                     outs.append("_")
             args = []
-            for i, v in enumerate(n.inputs):
+            for i, v in enumerate(reads):
                 if i in skip:
                     continue
                 if v is None:
@@ -86,11 +100,11 @@ class Program:
                 if v.const is not None:
                     used_consts.add(id(v))
                 args.append(names[id(v)])
-            # a multi-output kernel returns a tuple; unpacking checks its length
-            lhs = outs[0] if len(outs) == 1 else ", ".join(outs)
-            lines.append(f"    {lhs} = k{j}({', '.join(args)})")
-            line_nodes[len(lines)] = n
-            dead = sorted({names[id(v)] for v in n.inputs if v is not None and v.const is None
+            # a multi-output step returns a tuple; unpacking checks its length
+            lhs = outs[0] if len(outs) == 1 and impl is not None else "".join(o + ", " for o in outs)
+            lines.append(f"    {lhs} = {fn_name}({', '.join(args)})")
+            line_nodes[len(lines)] = nodes[0] if len(nodes) == 1 else None
+            dead = sorted({names[id(v)] for v in reads if v is not None and v.const is None
                            and last_use.get(id(v)) == j and id(v) not in keep
                            and v.producer is not None})
             if dead:
@@ -110,6 +124,8 @@ class Program:
     def __call__(self, *args: torch.Tensor) -> tuple:
         try:
             return self.fn(*args)
+        except NodeExecutionError:
+            raise   # a native partition names its node itself
         except Exception as e:  # noqa: BLE001 - re-raised with the node named
             node = self._failing_node(e)
             if node is None:
@@ -126,96 +142,6 @@ class Program:
         return node
 
 
-class CompiledModel:
-    """A compiled graph, callable with numpy arrays or torch tensors, by position or by name.
-
-    Returns the same kind it was given: one array for a one-output model, else a tuple in the
-    graph's output order. `run(dict)` returns a dict by output name.
-    """
-
-    def __init__(self, graph: Graph, report: Any = None):
-        self.graph = graph
-        self.report = report
-        self.program = Program(graph)
-        self.input_names = [v.name for v in graph.inputs]
-        self.output_names = [v.name for v in graph.outputs]
-
-    @property
-    def source(self) -> str:
-        """The generated Python that runs the graph."""
-        return self.program.source
-
-    def __call__(self, *args: Array, **kwargs: Array):
-        outs, as_numpy = self._execute(self._bind(args, kwargs))
-        return outs[0] if len(outs) == 1 else tuple(outs)
-
-    def run(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
-        outs, _ = self._execute(self._bind((), dict(inputs)))
-        return dict(zip(self.output_names, outs))
-
-    def _bind(self, args: Sequence[Array], kwargs: Mapping[str, Array]) -> list[Array]:
-        names = self.input_names
-        if len(args) > len(names):
-            raise InputError(f"model takes {len(names)} input(s) {names}, got {len(args)} positional")
-        bound: dict[str, Array] = dict(zip(names, args))
-        for k, v in kwargs.items():
-            if k not in names:
-                raise InputError(f"unknown input {k!r}; the model's inputs are {names}")
-            if k in bound:
-                raise InputError(f"input {k!r} given both by position and by name")
-            bound[k] = v
-        missing = [n for n in names if n not in bound]
-        if missing:
-            raise InputError(f"missing input(s) {missing}; the model's inputs are {names}")
-        return [bound[n] for n in names]
-
-    def _execute(self, arrays: list[Array]) -> tuple[list[Array], bool]:
-        as_numpy = not any(isinstance(a, torch.Tensor) for a in arrays)
-        tensors = [self._check_input(v, a) for v, a in zip(self.graph.inputs, arrays)]
-        self._check_symbolic_dims(tensors)
-        with torch.inference_mode():
-            outs = self.program(*tensors)
-        # an output sharing memory with a caller's input or a constant (Identity, a reshape or
-        # slice view) is returned as a copy, so writing to it cannot change either
-        shared = self.program.constant_storages | {_storage(t) for t in tensors}
-        outs = [o.clone() if _storage(o) in shared else o for o in outs]
-        if as_numpy:
-            return [_to_numpy(t) for t in outs], True
-        return list(outs), False
-
-    def _check_input(self, v: Value, a: Array) -> torch.Tensor:
-        if isinstance(a, torch.Tensor):
-            t = a
-        else:
-            a = np.asarray(a)
-            if a.dtype == np.object_:
-                raise InputError(f"input {v.name!r}: object/string arrays are not supported")
-            t = torch.from_numpy(np.ascontiguousarray(a)) if a.ndim else torch.tensor(a)
-        if v.dtype is not None and TORCH_DTYPES.get(v.dtype) is not None and t.dtype != TORCH_DTYPES[v.dtype]:
-            raise InputError(f"input {v.name!r}: expected dtype {v.dtype.name.lower()}, "
-                             f"got {str(t.dtype).removeprefix('torch.')}")
-        if v.shape is not None:
-            if t.dim() != len(v.shape):
-                raise InputError(f"input {v.name!r}: expected rank {len(v.shape)} "
-                                 f"(shape {v.type_str()}), got shape {tuple(t.shape)}")
-            for axis, (want, got) in enumerate(zip(v.shape, t.shape)):
-                if isinstance(want, int) and want != got:
-                    raise InputError(f"input {v.name!r}: dimension {axis} must be {want} "
-                                     f"(shape {v.type_str()}), got shape {tuple(t.shape)}")
-        return t
-
-    def _check_symbolic_dims(self, tensors: list[torch.Tensor]) -> None:
-        seen: dict[str, tuple[int, str]] = {}
-        for v, t in zip(self.graph.inputs, tensors):
-            for axis, d in enumerate(v.shape or ()):
-                if isinstance(d, str):
-                    size = t.shape[axis]
-                    if d in seen and seen[d][0] != size:
-                        raise InputError(f"input {v.name!r}: dimension {axis} ({d!r}) is {size}, "
-                                         f"but {seen[d][1]} gave {d!r} = {seen[d][0]}")
-                    seen.setdefault(d, (size, repr(v.name)))
-
-
 def _storage(t: torch.Tensor) -> int:
     return t.untyped_storage().data_ptr()
 
@@ -230,7 +156,7 @@ def _to_numpy(t: torch.Tensor) -> np.ndarray:
 
 def evaluate_node(node: Node, arrays) -> list[np.ndarray]:
     """Run one node on numpy inputs with its PyTorch kernel (used for constant folding)."""
-    fn = KERNELS[node.op](node)
+    fn = torch_impl(node).build(node)
     skip = getattr(fn, "baked_inputs", ())
     args = [None if a is None else to_torch(np.asarray(a), v.dtype if v is not None else None)
             for i, (a, v) in enumerate(zip(arrays, node.inputs)) if i not in skip]

@@ -65,9 +65,14 @@ def temporaries(node: Node) -> int:
     return 0
 
 
-def node_seconds(node: Node) -> float:
+def node_roofline(node: Node) -> float:
+    """Seconds the node's bytes or flops take at best, whichever is longer; no call overhead."""
     moved = sum(nbytes(v) for v in node.inputs) + sum(nbytes(v) for v in node.outputs) + temporaries(node)
-    return LAUNCH_S + max(moved / BANDWIDTH_BPS, flops(node) / PEAK_FLOPS)
+    return max(moved / BANDWIDTH_BPS, flops(node) / PEAK_FLOPS)
+
+
+def node_seconds(node: Node) -> float:
+    return LAUNCH_S + node_roofline(node)
 
 
 def seconds(nodes) -> float:

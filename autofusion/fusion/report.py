@@ -46,6 +46,7 @@ class FusionReport:
     est_seconds_before: float = 0.0
     est_seconds_after: float = 0.0
     measured: dict | None = None   # {"level0_ms", "fused_ms", "speedup", "runs"} when measured
+    backend: str = ""              # one line from the backend: what runs the fused graph
 
     @property
     def est_speedup(self) -> float:
@@ -84,6 +85,8 @@ class FusionReport:
             m = self.measured
             lines.append(f"Measured speedup: {m['speedup']:.2f}x ({m['level0_ms']:.2f} ms -> "
                          f"{m['fused_ms']:.2f} ms, median of {m['runs']} runs)")
+        if self.backend:
+            lines.append(self.backend)
         if self.near_misses:
             lines += ["", f"Not fused ({len(self.near_misses)}):"]
             by_rule: dict[str, list[NearMissReport]] = {}

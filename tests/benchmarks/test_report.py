@@ -4,11 +4,11 @@ import json
 from benchmarks import report
 
 
-def _system(label, peer, status="ok", median=None, error=None, diff=0.0):
-    return {"label": label, "peer": peer, "status": status, "median_ms": median,
-            "p10_ms": median and median * 0.9, "p90_ms": median and median * 1.1,
-            "runs": 10 if median else 0, "compile_s": 1.0, "max_rel_diff": diff, "error": error,
-            "info": {}}
+def _system(label, peer, status="ok", median=None, error=None, diff=0.0, precision="fp32"):
+    return {"label": label, "peer": peer, "precision": precision, "status": status,
+            "median_ms": median, "p10_ms": median and median * 0.9,
+            "p90_ms": median and median * 1.1, "runs": 10 if median else 0, "compile_s": 1.0,
+            "max_rel_diff": diff, "error": error, "info": {}}
 
 
 def _results():
@@ -36,6 +36,12 @@ def test_ratios_are_speedups_of_level_2():
     m = _results()["models"]["m"]
     assert report.speedup_l2_vs_l0(m) == 2.0
     assert report.speedup_l2_vs_best_peer(m) == (0.8, "ORT opt all")   # a wrong peer never wins
+
+
+def test_a_bf16_peer_is_never_the_best_peer():
+    m = _results()["models"]["m"]
+    m["systems"]["openvino"] = _system("OpenVINO bf16", True, median=4.0, precision="bf16")
+    assert report.speedup_l2_vs_best_peer(m) == (0.8, "ORT opt all")
 
 
 def test_markdown_has_a_row_per_model_and_marks_problems():

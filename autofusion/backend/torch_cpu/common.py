@@ -9,10 +9,11 @@ import torch
 from ...errors import KernelBuildError
 from ...ir import DType, Node
 from ...ir.ops import opset_of as opset   # noqa: F401 - the kernels' name for it
+from ..impl import Check, Impl, accepts, register
 
 Kernel = Callable[..., "torch.Tensor | tuple[torch.Tensor, ...]"]
 KernelBuilder = Callable[[Node], Kernel]
-KERNELS: dict[str, KernelBuilder] = {}
+KERNELS: dict[str, KernelBuilder] = {}   # op → the builder of its generic torch implementation
 
 TORCH_DTYPES: dict[DType, torch.dtype] = {
     DType.FLOAT: torch.float32, DType.DOUBLE: torch.float64, DType.FLOAT16: torch.float16,
@@ -42,11 +43,15 @@ def to_torch(a: np.ndarray, dtype: DType | None = None, name: str = "") -> torch
     return torch.from_numpy(a)
 
 
-def kernel(*names: str):
-    """Register a kernel builder under one or more op names."""
+def kernel(*names: str, impl: str = "torch", check: Check = accepts):
+    """Register a kernel builder as the torch implementation `impl` of one or more ops. The one
+    named "torch" runs whatever the node (KERNELS lists those); others check first."""
     def deco(builder: KernelBuilder) -> KernelBuilder:
         for n in names:
-            KERNELS[n] = builder
+            if impl == "torch":
+                KERNELS[n] = builder
+            register(n, Impl(impl, "torch", check, build=builder,
+                             doc=(builder.__doc__ or "").strip().split("\n")[0]))
         return builder
     return deco
 

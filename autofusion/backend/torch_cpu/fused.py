@@ -92,36 +92,68 @@ def conv_onednn_pays(w_shape: tuple[int, ...], group: int, out_spatial: list[int
     return w_shape[0] * reduction * math.prod(out_spatial) >= CONV_ONEDNN_MIN_MACS
 
 
+class ConvGeometry:
+    """A FusedConv's window as PyTorch takes it: symmetric padding, plus the asymmetric rest as
+    an explicit F.pad before the conv."""
+
+    def __init__(self, node: Node):
+        if node.inputs[1].rank is None:
+            raise KernelBuildError("FusedConv needs the rank of its weight")
+        nd = self.nd = node.inputs[1].rank - 2
+        self.strides = list(node.attr("strides", [1] * nd))
+        self.dilations = list(node.attr("dilations", [1] * nd))
+        self.group = node.attr("group", 1)
+        pads = list(node.attr("pads", [0] * 2 * nd))
+        self.padding = [min(pads[i], pads[nd + i]) for i in range(nd)]   # the symmetric part
+        self.beyond = [(pads[i] - self.padding[i], pads[nd + i] - self.padding[i]) for i in range(nd)]
+        self.extra = [p for axis in reversed(self.beyond) for p in axis]   # F.pad: last axis first
+
+    def padded(self, run: Kernel) -> Kernel:
+        return _padded(run, self.extra) if any(self.extra) else run
+
+    def sizes(self, x_shape) -> list[int]:
+        """The input's spatial sizes after F.pad."""
+        return [n + sum(more) for n, more in zip(x_shape[2:], self.beyond)]
+
+
+def _prepacked_conv_refusal(node: Node) -> str | None:
+    """Why oneDNN through PyTorch (weights prepacked, channels-last) does not run this conv."""
+    w, x_shape = const_input(node, 1), node.inputs[0].shape
+    if w is None or (node.input(2) is not None and const_input(node, 2) is None):
+        return "the weight or bias is computed at run time"
+    if x_shape is None or not all(isinstance(d, int) for d in x_shape[1:]):
+        return "the input's channel and spatial sizes are not static"
+    g = ConvGeometry(node)
+    out = [(n + 2 * p - d * (k - 1) - 1) // s + 1 for n, p, k, s, d in
+           zip(g.sizes(x_shape), g.padding, w.shape[2:], g.strides, g.dilations)]
+    if not conv_onednn_pays(w.shape, g.group, out):
+        return "too small: oneDNN's call overhead through PyTorch exceeds the conv's work"
+    return None
+
+
+@kernel(FUSED + "FusedConv", impl="torch-onednn", check=_prepacked_conv_refusal)
+def fused_conv_onednn(node: Node) -> Kernel:
+    """oneDNN's convolution through PyTorch, the weight prepacked once, post-ops fused."""
+    g, w, b = ConvGeometry(node), const_input(node, 1), const_input(node, 2)
+    bias = None if b is None else torch.from_numpy(b.copy())
+    run = _onednn_conv(torch.from_numpy(w.copy()), bias, [1, node.inputs[0].shape[1],
+                       *g.sizes(node.inputs[0].shape)], g.strides, g.padding, g.dilations, g.group,
+                       torch_activation(node), onednn_post_op(node), node.input(3) is not None)
+    return baked(g.padded(run), 1, 2)
+
+
 @kernel(FUSED + "FusedConv")
 def fused_conv(node: Node) -> Kernel:
-    w, b = const_input(node, 1), const_input(node, 2)
-    if node.inputs[1].rank is None:
-        raise KernelBuildError("FusedConv needs the rank of its weight")
-    nd = node.inputs[1].rank - 2
-    strides = list(node.attr("strides", [1] * nd))
-    dilations = list(node.attr("dilations", [1] * nd))
-    group = node.attr("group", 1)
-    pads = list(node.attr("pads", [0] * 2 * nd))
-    padding = [min(pads[i], pads[nd + i]) for i in range(nd)]   # the symmetric part the libraries take
-    beyond = [(pads[i] - padding[i], pads[nd + i] - padding[i]) for i in range(nd)]
-    extra = [p for axis in reversed(beyond) for p in axis]   # F.pad's order: last axis first
-    act, residual = torch_activation(node), node.input(3) is not None
+    """PyTorch's conv (one GEMM for a small dense conv), then the residual and activation."""
+    g, w, b = ConvGeometry(node), const_input(node, 1), const_input(node, 2)
+    act = torch_activation(node)
     if w is None or (node.input(2) is not None and b is None):
-        run = _conv_runtime_weights(_TORCH_CONV[nd], strides, padding, dilations, group, act)
-        return _padded(run, extra) if any(extra) else run
-    weight = torch.from_numpy(w.copy())
+        return g.padded(_conv_runtime_weights(_TORCH_CONV[g.nd], g.strides, g.padding,
+                                              g.dilations, g.group, act))
     bias = None if b is None else torch.from_numpy(b.copy())
-    x_shape = node.inputs[0].shape
-    static = x_shape is not None and all(isinstance(d, int) for d in x_shape[1:])
-    sizes = static and [n + sum(more) for n, more in zip(x_shape[2:], beyond)]   # after F.pad
-    out = static and [(n + 2 * p - d * (k - 1) - 1) // s + 1
-                      for n, p, k, s, d in zip(sizes, padding, w.shape[2:], strides, dilations)]
-    if static and conv_onednn_pays(w.shape, group, out):
-        run = _onednn_conv(weight, bias, [1, x_shape[1], *sizes], strides, padding, dilations, group,
-                           act, onednn_post_op(node), residual)
-    else:
-        run = _torch_conv(weight, bias, strides, padding, dilations, group, act, residual)
-    return baked(_padded(run, extra) if any(extra) else run, 1, 2)
+    run = _torch_conv(torch.from_numpy(w.copy()), bias, g.strides, g.padding, g.dilations, g.group,
+                      act, node.input(3) is not None)
+    return baked(g.padded(run), 1, 2)
 
 
 def _onednn_conv(weight, bias, in_size, strides, padding, dilations, group, act, post,

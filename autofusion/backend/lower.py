@@ -1,0 +1,237 @@
+"""Lowering: the fused graph → a Plan, every decision the emitters follow, as data you can print.
+
+    1. choose   for each node, every implementation of its op on the allowed targets is asked;
+                the cheapest that accepts it wins; the others' reasons are kept
+    2. order    a topological order that stays on one target while it can (Kahn's algorithm,
+                ready nodes of the current target first), so native runs are as long as the
+                graph allows
+    3. split    partitions: maximal runs of native nodes in that order, each one C++ function
+                called once per run; every torch node is a step of its own
+    4. values   for each native partition, what crosses its boundary (inputs, outputs,
+                constants), and for each value inside: its layout (plain where a partition
+                output or a consumer needs dense rows, else what oneDNN picks), its lifetime
+                (first and last step) and whether its producer overwrites its input in place
+
+Nothing here changes the graph.
+"""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+from ..ir import Graph, Node, Value
+from .impl import Impl, implementations
+
+BACKENDS = ("auto", "native", "torch")
+
+
+@dataclass
+class Decision:
+    node: Node
+    impl: Impl
+    refused: list[tuple[str, str]]    # (implementation, reason) of the others considered
+
+
+@dataclass
+class ValuePlan:
+    layout: str                       # "plain" | "any"
+    first: int                        # step that writes it, within its partition
+    last: int                         # last step that reads it
+    in_place_of: Value | None = None  # its producer writes over this input's bytes
+
+
+@dataclass
+class Partition:
+    index: int
+    target: str
+    nodes: list[Node]
+    inputs: list[Value] = field(default_factory=list)    # read inside, made outside (no constants)
+    outputs: list[Value] = field(default_factory=list)   # made inside, read outside
+    values: dict[Value, ValuePlan] = field(default_factory=dict)
+
+
+@dataclass
+class Plan:
+    backend: str                      # what was asked for
+    native: str | None                # why native code cannot run at all, None when it can
+    decisions: dict[Node, Decision]
+    partitions: list[Partition]       # in execution order; torch partitions hold one node
+
+    def summary(self) -> str:
+        """One line for the report."""
+        native = [p for p in self.partitions if p.target == "native"]
+        n_native = sum(len(p.nodes) for p in native)
+        n_torch = sum(len(p.nodes) for p in self.partitions if p.target == "torch")
+        if self.native is not None and self.backend != "torch":
+            return f"Backend: torch (native unavailable: {self.native})"
+        if self.backend == "torch":
+            return f"Backend: torch ({n_torch} nodes as PyTorch calls)"
+        return (f"Backend: native — {n_native} node(s) in {len(native)} native partition(s), "
+                f"{n_torch} node(s) on PyTorch")
+
+    def __str__(self) -> str:
+        lines = [self.summary()]
+        for part in self.partitions:
+            if part.target == "torch":
+                d = self.decisions[part.nodes[0]]
+                lines.append(f"  torch   {d.node.name} ({d.node.op}) via {d.impl.name}"
+                             + "".join(f"\n            not {name}: {why}" for name, why in d.refused))
+                continue
+            lines.append(f"  native partition {part.index}: {len(part.nodes)} node(s), inputs "
+                         f"{[v.name for v in part.inputs]}, outputs {[v.name for v in part.outputs]}")
+            for step, n in enumerate(part.nodes):
+                outs = []
+                for v in n.outputs:
+                    vp = part.values.get(v)
+                    if vp is not None:
+                        outs.append(f"{v.name} {vp.layout} steps {vp.first}-{vp.last}"
+                                    + (f" in place of {vp.in_place_of.name}" if vp.in_place_of else ""))
+                lines.append(f"    {step:3d} {n.name} ({n.op}) via {self.decisions[n].impl.name}"
+                             + (f" -> {'; '.join(outs)}" if outs else ""))
+        return "\n".join(lines)
+
+
+def lower(graph: Graph, backend: str = "auto", native_unavailable: str | None = None) -> Plan:
+    """The plan for a graph. native_unavailable: why native code cannot run here, if it cannot."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend {backend!r}: choose one of {', '.join(BACKENDS)}")
+    targets = ("torch",) if backend == "torch" or native_unavailable else ("torch", "native")
+    decisions = {n: choose(n, targets) for n in graph.nodes}
+    order = schedule(graph, {n: d.impl.target for n, d in decisions.items()})
+    partitions = split(order, decisions)
+    for part in partitions:
+        if part.target == "native":
+            plan_values(part, decisions, graph)
+    return Plan(backend, native_unavailable, decisions, partitions)
+
+
+def choose(node: Node, targets: tuple[str, ...]) -> Decision:
+    accepted, refused = [], []
+    for impl in (i for t in targets for i in implementations(node.op, t)):
+        why = impl.check(node)
+        if why is None:
+            accepted.append(impl)
+        else:
+            refused.append((impl.name, why))
+    if not accepted:
+        from ..errors import KernelBuildError
+        raise KernelBuildError(f"no implementation accepts {node.describe()}: "
+                               + "; ".join(f"{n}: {w}" for n, w in refused))
+    best = min(accepted, key=lambda i: i.cost(node))   # ties: the first registered
+    rejected = [(i.name, "costs more") for i in accepted if i is not best]
+    return Decision(node, best, [r for r in refused] + rejected)
+
+
+def schedule(graph: Graph, target: dict[Node, str]) -> list[Node]:
+    """A topological order that takes the ready nodes of the current target first."""
+    nodes = graph.nodes
+    rank = {n: i for i, n in enumerate(nodes)}
+    pending = {n: len({v.producer for v in n.inputs if v is not None and v.producer is not None})
+               for n in nodes}
+    ready: dict[str, list[tuple[int, Node]]] = {"torch": [], "native": []}
+    for n in nodes:
+        if not pending[n]:
+            heapq.heappush(ready[target[n]], (rank[n], id(n), n))
+    order, current = [], None
+    while ready["torch"] or ready["native"]:
+        if current is None or not ready[current]:
+            current = min((t for t in ready if ready[t]), key=lambda t: ready[t][0][0])
+        _, _, n = heapq.heappop(ready[current])
+        order.append(n)
+        for user in {u for v in n.outputs for u in v.users}:
+            pending[user] -= 1
+            if not pending[user]:
+                heapq.heappush(ready[target[user]], (rank[user], id(user), user))
+    return order
+
+
+def split(order: list[Node], decisions: dict[Node, Decision]) -> list[Partition]:
+    parts: list[Partition] = []
+    for n in order:
+        target = decisions[n].impl.target
+        if target == "native" and parts and parts[-1].target == "native":
+            parts[-1].nodes.append(n)
+        else:
+            parts.append(Partition(len(parts), target, [n]))
+    return parts
+
+
+def plan_values(part: Partition, decisions: dict[Node, Decision], graph: Graph) -> None:
+    """Boundary, layouts, lifetimes and in-place steps of one native partition."""
+    step_of = {n: i for i, n in enumerate(part.nodes)}
+    graph_outputs = set(graph.outputs)
+    inputs: dict[Value, None] = {}
+    for n in part.nodes:
+        for v in decisions[n].impl.reads(n):
+            if v.const is None and v.producer not in step_of:
+                inputs.setdefault(v)
+    part.inputs = list(inputs)
+    outputs = []
+    for n in part.nodes:
+        for j, v in enumerate(n.outputs):
+            if j == 0 and (v in graph_outputs or any(u not in step_of for u in v.users)):
+                outputs.append(v)
+    part.outputs = outputs
+    out_set = set(outputs)
+
+    readers: dict[Value, list[tuple[Node, int]]] = {}
+    for n in part.nodes:
+        impl = decisions[n].impl
+        picked = range(len(n.inputs)) if impl.tensor_inputs is None else impl.tensor_inputs
+        for i in picked:
+            v = n.input(i)
+            if v is not None and v.producer in step_of:
+                readers.setdefault(v, []).append((n, i))
+    for n in part.nodes:
+        v = n.outputs[0]
+        if v in out_set:
+            continue
+        reads = readers.get(v, [])
+        plain = any(i in decisions[r].impl.plain_inputs for r, i in reads)
+        last = max((step_of[r] for r, _ in reads), default=step_of[n])
+        part.values[v] = ValuePlan("plain" if plain else "any", step_of[n], last)
+
+    # in place: an eltwise/binary step may write over its first operand when that operand, and
+    # every view of its bytes, is read for the last time by this step
+    views = {n.outputs[0]: n.inputs[0] for n in part.nodes if decisions[n].impl.view}
+    root = {}
+    for v in part.values:
+        r = v
+        while r in views:
+            r = views[r]
+        root[v] = r
+    group_last: dict[Value, int] = {}
+    for v, vp in part.values.items():
+        group_last[root[v]] = max(group_last.get(root[v], -1), vp.last)
+    for n in part.nodes:
+        if n.op_type not in IN_PLACE_OPS or n.domain not in ("", "autofusion"):
+            continue
+        out, src = n.outputs[0], _in_place_operand(n)
+        vp, sp = part.values.get(out), part.values.get(src)
+        if vp is None or sp is None or src in views:
+            continue
+        others = [v for v in n.inputs if v is not None and v is not src]
+        if group_last[src] != step_of[n] or any(root.get(v) is src for v in others):
+            continue   # its bytes are read later, or by this step through another operand
+        if vp.layout == "plain" and sp.layout != "plain":
+            continue
+        vp.in_place_of = src
+
+
+IN_PLACE_OPS = {"Relu", "LeakyRelu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Abs", "Neg", "Elu",
+                "HardSigmoid", "HardSwish", "Softplus", "Mish", "Clip", "Gelu", "Activation",
+                "Add", "Sub", "Mul", "Div", "Max", "Min"}
+
+
+def _in_place_operand(node: Node) -> Value | None:
+    """The operand a step may overwrite: the input of a unary op, the full-shape operand of a
+    binary one."""
+    if len(node.inputs) == 1 or node.op_type in ("Clip", "Gelu", "Activation"):
+        return node.inputs[0]
+    a, b = node.inputs[0], node.input(1)
+    out = node.outputs[0].shape
+    if a is not None and a.shape == out:
+        return a
+    if b is not None and b.shape == out and node.op_type in ("Add", "Mul", "Max", "Min"):
+        return b
+    return None

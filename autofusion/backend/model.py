@@ -1,0 +1,133 @@
+"""CompiledModel: a compiled graph as a callable — inputs bound and checked, outputs returned in
+the caller's array type — over the plan's Program (torch kernels and native partitions)."""
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from ..errors import AutofusionError, InputError
+from ..ir import Graph, Value
+from . import native
+from .executor import Program, _storage, _to_numpy, check_supported
+from .lower import BACKENDS, lower
+from .torch_cpu import TORCH_DTYPES
+
+Array = np.ndarray | torch.Tensor
+BACKEND_VAR = "AUTOFUSION_BACKEND"
+
+
+def resolve_backend(backend: str | None) -> str:
+    """The backend from the argument, else AUTOFUSION_BACKEND, else auto."""
+    chosen = backend or os.environ.get(BACKEND_VAR, "").strip() or "auto"
+    if chosen not in BACKENDS:
+        where = "" if backend else f"{BACKEND_VAR}="
+        raise AutofusionError(f"{where}{chosen!r}: the backend must be one of {', '.join(BACKENDS)}")
+    return chosen
+
+
+class CompiledModel:
+    """A compiled graph, callable with numpy arrays or torch tensors, by position or by name.
+
+    Returns the same kind it was given: one array for a one-output model, else a tuple in the
+    graph's output order. `run(dict)` returns a dict by output name.
+    """
+
+    def __init__(self, graph: Graph, report: Any = None, backend: str | None = None,
+                 threads: int | None = None):
+        self.graph = graph
+        self.report = report
+        self.backend = resolve_backend(backend)
+        self.threads = threads
+        check_supported(graph)
+        self.plan = lower(graph, self.backend, native.unavailable() if self.backend != "torch" else None)
+        if self.backend == "native" and self.plan.native is not None:
+            raise AutofusionError(f"backend 'native' cannot run here: {self.plan.native}")
+        partitions, self.native_source = native.build(self.plan, graph.name) \
+            if self.plan.native is None else ({}, "")
+        self.program = Program(graph, self.plan, partitions)
+        self.input_names = [v.name for v in graph.inputs]
+        self.output_names = [v.name for v in graph.outputs]
+        if report is not None:
+            report.backend = self.plan.summary()
+
+    @property
+    def source(self) -> str:
+        """The generated Python that runs the graph (native partitions: see native_source)."""
+        return self.program.source
+
+    def __call__(self, *args: Array, **kwargs: Array):
+        outs, as_numpy = self._execute(self._bind(args, kwargs))
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def run(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
+        outs, _ = self._execute(self._bind((), dict(inputs)))
+        return dict(zip(self.output_names, outs))
+
+    def _bind(self, args: Sequence[Array], kwargs: Mapping[str, Array]) -> list[Array]:
+        names = self.input_names
+        if len(args) > len(names):
+            raise InputError(f"model takes {len(names)} input(s) {names}, got {len(args)} positional")
+        bound: dict[str, Array] = dict(zip(names, args))
+        for k, v in kwargs.items():
+            if k not in names:
+                raise InputError(f"unknown input {k!r}; the model's inputs are {names}")
+            if k in bound:
+                raise InputError(f"input {k!r} given both by position and by name")
+            bound[k] = v
+        missing = [n for n in names if n not in bound]
+        if missing:
+            raise InputError(f"missing input(s) {missing}; the model's inputs are {names}")
+        return [bound[n] for n in names]
+
+    def _execute(self, arrays: list[Array]) -> tuple[list[Array], bool]:
+        as_numpy = not any(isinstance(a, torch.Tensor) for a in arrays)
+        tensors = [self._check_input(v, a) for v, a in zip(self.graph.inputs, arrays)]
+        self._check_symbolic_dims(tensors)
+        if self.threads is not None and torch.get_num_threads() != self.threads:
+            torch.set_num_threads(self.threads)   # one OpenMP pool: torch's and oneDNN's
+        with torch.inference_mode():
+            outs = self.program(*tensors)
+        # an output sharing memory with a caller's input or a constant (Identity, a reshape or
+        # slice view) is returned as a copy, so writing to it cannot change either
+        shared = self.program.constant_storages | {_storage(t) for t in tensors}
+        outs = [o.clone() if _storage(o) in shared else o for o in outs]
+        if as_numpy:
+            return [_to_numpy(t) for t in outs], True
+        return list(outs), False
+
+    def _check_input(self, v: Value, a: Array) -> torch.Tensor:
+        if isinstance(a, torch.Tensor):
+            t = a
+        else:
+            a = np.asarray(a)
+            if a.dtype == np.object_:
+                raise InputError(f"input {v.name!r}: object/string arrays are not supported")
+            t = torch.from_numpy(np.ascontiguousarray(a)) if a.ndim else torch.tensor(a)
+        if v.dtype is not None and TORCH_DTYPES.get(v.dtype) is not None and t.dtype != TORCH_DTYPES[v.dtype]:
+            raise InputError(f"input {v.name!r}: expected dtype {v.dtype.name.lower()}, "
+                             f"got {str(t.dtype).removeprefix('torch.')}")
+        if v.shape is not None:
+            if t.dim() != len(v.shape):
+                raise InputError(f"input {v.name!r}: expected rank {len(v.shape)} "
+                                 f"(shape {v.type_str()}), got shape {tuple(t.shape)}")
+            for axis, (want, got) in enumerate(zip(v.shape, t.shape)):
+                if isinstance(want, int) and want != got:
+                    raise InputError(f"input {v.name!r}: dimension {axis} must be {want} "
+                                     f"(shape {v.type_str()}), got shape {tuple(t.shape)}")
+        return t
+
+    def _check_symbolic_dims(self, tensors: list[torch.Tensor]) -> None:
+        seen: dict[str, tuple[int, str]] = {}
+        for v, t in zip(self.graph.inputs, tensors):
+            for axis, d in enumerate(v.shape or ()):
+                if isinstance(d, str):
+                    size = t.shape[axis]
+                    if d in seen and seen[d][0] != size:
+                        raise InputError(f"input {v.name!r}: dimension {axis} ({d!r}) is {size}, "
+                                         f"but {seen[d][1]} gave {d!r} = {seen[d][0]}")
+                    seen.setdefault(d, (size, repr(v.name)))
+
+

@@ -1,0 +1,36 @@
+"""The native backend: plan partitions → generated C++ over oneDNN → one shared library.
+
+    impls.py    which ops run natively, their checks and C++ emitters (registered on import)
+    emit.py     a plan's native partitions → one C++ source
+    build.py    toolchain, flags, the on-disk cache of built libraries
+    library.py  loading a library and calling its partitions
+    runtime/    the hand-written C++ the generated code calls (native.h, runtime.cpp)
+"""
+from __future__ import annotations
+
+from ..lower import Plan
+from . import impls  # noqa: F401 - registers the native implementations
+from .build import NativeBuildError, Toolchain, toolchain
+from .emit import emit_model
+from .library import NativeLibrary, NativePartition
+
+
+def unavailable() -> str | None:
+    """Why native code cannot run on this machine (one line), or None."""
+    tc = toolchain()
+    return tc if isinstance(tc, str) else None
+
+
+def build(plan: Plan, model: str) -> tuple[dict[int, NativePartition], str]:
+    """Every native partition of the plan, built and loaded; and the generated source."""
+    source, bound = emit_model(plan, model)
+    if not bound:
+        return {}, source
+    tc = toolchain()
+    assert isinstance(tc, Toolchain), tc
+    library = NativeLibrary.build(tc, source)
+    parts = {p.index: p for p in plan.partitions}
+    return {k: NativePartition(library, b, parts[k].nodes) for k, b in bound.items()}, source
+
+
+__all__ = ["NativeBuildError", "NativePartition", "build", "unavailable"]

@@ -1,0 +1,146 @@
+"""Building native code: the toolchain, the flags, and the on-disk cache of shared libraries.
+
+Two libraries: the runtime (runtime/runtime.cpp over oneDNN, built once per machine) and one per
+compiled model (its generated partitions, linked to the runtime; a fraction of a second to
+build). Each is cached under AUTOFUSION_CACHE_DIR (default: the user's cache directory) by a
+hash of its source, the compiler and its version, the flags, the CPU and the oneDNN version, so
+a second compile of the same model builds nothing. Builds write to a private file and rename it
+into place, under a file lock, so two processes compiling the same model at once are safe.
+"""
+from __future__ import annotations
+
+import fcntl
+import functools
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from ...errors import AutofusionError
+
+RUNTIME_DIR = Path(__file__).parent / "runtime"
+FLAGS = ("-O3", "-march=native", "-std=c++17", "-fopenmp", "-fPIC", "-shared")
+
+
+class NativeBuildError(AutofusionError):
+    """The C++ compiler failed on a source file (the message names it)."""
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    compiler: str
+    version: str            # the compiler's first --version line
+    include: Path           # holds oneapi/dnnl/dnnl.hpp
+    lib: Path               # holds libdnnl.so
+    onednn: str             # "3.2.0"
+
+    def key(self, *sources: str) -> str:
+        h = hashlib.sha256()
+        for part in (self.compiler, self.version, " ".join(FLAGS), self.onednn, _cpu(), *sources):
+            h.update(part.encode())
+            h.update(b"\0")
+        return h.hexdigest()[:20]
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("AUTOFUSION_CACHE_DIR")
+    if root:
+        return Path(root)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "autofusion"
+
+
+@functools.lru_cache(maxsize=None)
+def toolchain() -> Toolchain | str:
+    """The toolchain, or why there is none (one line, for the report)."""
+    compiler = os.environ.get("CXX") or shutil.which("g++") or shutil.which("clang++")
+    if not compiler or not shutil.which(compiler):
+        return "no C++ compiler (set CXX, or install g++ or clang++)"
+    try:
+        version = subprocess.run([compiler, "--version"], capture_output=True, text=True,
+                                 timeout=30).stdout.splitlines()[0]
+    except (OSError, IndexError, subprocess.SubprocessError) as e:
+        return f"the C++ compiler {compiler!r} does not run: {e}"
+    found = _find_onednn()
+    if found is None:
+        return "no oneDNN (pip install onednn-cpu-gomp onednn-devel-cpu-gomp)"
+    include, lib, onednn = found
+    return Toolchain(compiler, version, include, lib, onednn)
+
+
+def _find_onednn() -> tuple[Path, Path, str] | None:
+    roots = dict.fromkeys(Path(p) for p in (os.environ.get("AUTOFUSION_ONEDNN_ROOT"), sys.prefix,
+                                            sys.base_prefix, "/usr/local", "/usr") if p)
+    for root in roots:
+        header = root / "include" / "oneapi" / "dnnl" / "dnnl_version.h"
+        lib = next((d for d in (root / "lib", root / "lib64", root / "lib" / "x86_64-linux-gnu")
+                    if (d / "libdnnl.so").exists() or (d / "libdnnl.so.3").exists()), None)
+        if header.exists() and lib is not None:
+            text = header.read_text()
+            parts = [re.search(rf"#define DNNL_VERSION_{k} (\d+)", text) for k in ("MAJOR", "MINOR", "PATCH")]
+            if all(parts):
+                return root / "include", lib, ".".join(m.group(1) for m in parts)
+    return None
+
+
+def _cpu() -> str:
+    """The CPU's model and flags: -march=native code is only valid on the CPU it was built for."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return os.uname().machine
+    fields = dict(re.findall(r"^(model name|flags)\s*:\s*(.*)$", text, re.M))
+    return f"{fields.get('model name', '')}|{fields.get('flags', '')}"
+
+
+def _link_name(lib: Path) -> str:
+    return "-l:" + next(n for n in ("libdnnl.so.3", "libdnnl.so") if (lib / n).exists())
+
+
+def runtime_library(tc: Toolchain) -> Path:
+    """The runtime library, built on first use."""
+    sources = [(RUNTIME_DIR / n).read_text() for n in ("native.h", "runtime.cpp")]
+    out = cache_dir() / f"libafrt-{tc.key(*sources)}.so"
+    return _build(tc, out, RUNTIME_DIR / "runtime.cpp",
+                  [f"-I{RUNTIME_DIR}", f"-I{tc.include}", f"-L{tc.lib}", _link_name(tc.lib),
+                   f"-Wl,-rpath,{tc.lib}"])
+
+
+def model_library(tc: Toolchain, source: str) -> Path:
+    """The shared library of one model's generated partitions, built unless cached."""
+    runtime = runtime_library(tc)
+    key = tc.key(source, (RUNTIME_DIR / "native.h").read_text(), runtime.name)
+    src = cache_dir() / f"model-{key}.cpp"
+    out = src.with_suffix(".so")
+    if not out.exists():
+        _write_atomic(src, source)
+    return _build(tc, out, src, [f"-I{RUNTIME_DIR}", str(runtime), f"-Wl,-rpath,{runtime.parent}"])
+
+
+def _build(tc: Toolchain, out: Path, src: Path, extra: list[str]) -> Path:
+    if out.exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)   # another process may be building the same library
+        if out.exists():
+            return out
+        tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+        cmd = [tc.compiler, *FLAGS, str(src), "-o", str(tmp), *extra]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            tmp.unlink(missing_ok=True)
+            tail = "\n".join(done.stderr.strip().splitlines()[-20:])
+            raise NativeBuildError(f"the C++ compiler failed on {src}:\n{tail}")
+        os.replace(tmp, out)
+    return out
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)

@@ -1,0 +1,501 @@
+"""Native implementations: each op oneDNN runs inside a C++ partition, its check and its emitter.
+
+A check returns why the implementation cannot run a node (float32 and static shapes only, for
+now; each op adds its own conditions), None when it can. An emitter writes the node's call into
+the partition's C++ (`p.conv(...)`, see runtime/native.h), reading ids of values, prepared
+constants and the plan's in-place decisions from the partition source it is given. `plain`
+names the inputs the step reads as dense row-major arrays, so the plan asks their producers for
+that layout instead of a reorder per consumer.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+
+from ...ir import DType, Node, Value
+from ...ir.fused_ops import ACTIVATIONS
+from ...ir.geometry import explicit_pads
+from ...ir.ops import opset_of
+from ..impl import Impl, register
+from .emit import PartitionSource, dims
+
+Emitter = Callable[[Node, PartitionSource], str]
+FUSED = "autofusion::"
+
+
+def native(*ops: str, check: Callable[[Node], str | None], plain: tuple[int, ...] = (),
+           tensors: tuple[int, ...] | None = None, view: bool = False):
+    """Register an emitter as the "onednn" implementation of ops. `tensors`: the inputs the
+    step reads at run time (default all); the others (shapes, axes) are read at compile time."""
+    def deco(emit: Emitter) -> Emitter:
+        for op in ops:
+            register(op, Impl("onednn", "native", check, emit=emit, plain_inputs=frozenset(plain),
+                              tensor_inputs=tensors, view=view, doc=(emit.__doc__ or "").strip()))
+        return emit
+    return deco
+
+
+# ---- checks shared by every op ---------------------------------------------------------------
+
+def _refusal(v: Value | None, what: str) -> str | None:
+    if v is None:
+        return None
+    if v.dtype != DType.FLOAT:
+        return f"{what} {v.name!r} is {v.dtype.name.lower() if v.dtype else 'of unknown type'}: " \
+               "native kernels are float32"
+    if not v.is_static:
+        return f"{what} {v.name!r} has shape {v.type_str()}: native partitions need static shapes"
+    if not v.shape:
+        return f"{what} {v.name!r} is a scalar"
+    if 0 in v.shape:
+        return f"{what} {v.name!r} is empty"
+    return None
+
+
+def dense(node: Node, inputs: tuple[int, ...] | None = None) -> str | None:
+    """The common conditions: the listed inputs (default all) and every used output float32,
+    static, at least 1-D and not empty."""
+    for i in range(len(node.inputs)) if inputs is None else inputs:
+        why = _refusal(node.input(i), "input")
+        if why:
+            return why
+    for j, v in enumerate(node.outputs):
+        if j and not v.uses and v not in (node.graph.outputs if node.graph else ()):
+            continue   # an optional output nobody reads (MaxPool's indices)
+        why = _refusal(v, "output")
+        if why:
+            return why
+        if j:
+            return f"its output {j} ({v.name!r}) is used: the native step makes output 0 only"
+    return None
+
+
+def constant(node: Node, i: int, what: str) -> str | None:
+    v = node.input(i)
+    return None if v is None or v.const is not None else f"the {what} is computed at run time"
+
+
+def first(*reasons: str | None) -> str | None:
+    return next((r for r in reasons if r), None)
+
+
+# ---- activations: ir/fused_ops.ACTIVATIONS as oneDNN eltwise algorithms -----------------------
+
+def acts(name: str, params: list[float] | None = None) -> list[tuple[str, float, float]]:
+    defaults, _ = ACTIVATIONS[name]
+    p = dict(zip(defaults, params if params is not None else list(defaults.values())))
+    return {
+        "": [],
+        "Relu": [("Relu", 0.0, 0.0)],
+        "LeakyRelu": [("Relu", p.get("alpha", 0.01), 0.0)],
+        "Clip": [("Clip", p.get("min", -math.inf), p.get("max", math.inf))],
+        "Sigmoid": [("Logistic", 0.0, 0.0)],
+        "Tanh": [("Tanh", 0.0, 0.0)],
+        "HardSigmoid": [("HardSigmoid", p.get("alpha", 0.2), p.get("beta", 0.5))],
+        "HardSwish": [("HardSwish", 1 / 6, 0.5)],
+        "Elu": [("Elu", p.get("alpha", 1.0), 0.0)],
+        "SiLU": [("Swish", 1.0, 0.0)],
+        "Gelu": [("GeluErf", 0.0, 0.0)],
+        "GeluTanh": [("GeluTanh", 0.0, 0.0)],
+    }[name]
+
+
+def node_acts(node: Node) -> list[tuple[str, float, float]]:
+    return acts(node.attr("activation", ""), node.attr("activation_params"))
+
+
+# ---- convolution -----------------------------------------------------------------------------
+
+def _conv_pads(node: Node) -> list[int]:
+    x, w = node.inputs[0], node.inputs[1]
+    nd = len(w.shape) - 2
+    return explicit_pads(node.attr("auto_pad", "NOTSET"), node.attr("pads"), x.shape[2:],
+                         node.attr("kernel_shape") or w.shape[2:], node.attr("strides") or [1] * nd,
+                         node.attr("dilations") or [1] * nd)
+
+
+def check_conv(node: Node) -> str | None:
+    x, z = node.inputs[0], node.input(3)
+    return first(dense(node), constant(node, 1, "weight"), constant(node, 2, "bias"),
+                 None if x.rank in (3, 4, 5) else f"a {x.rank}-D input: oneDNN convolves 1-D to 3-D",
+                 None if z is None or z.shape == node.outputs[0].shape else
+                 "the residual broadcasts to the output")
+
+
+@native("Conv", FUSED + "FusedConv", check=check_conv)
+def emit_conv(node: Node, p: PartitionSource) -> str:
+    """oneDNN convolution: layouts oneDNN picks, the weight reordered once, bias, residual and
+    activation as post-ops."""
+    nd = node.inputs[1].rank - 2
+    pads = _conv_pads(node)
+    return p.call("conv", p.out(node), p.ref(node.inputs[0]), p.ref(node.inputs[1]),
+                  p.ref(node.input(2)), p.ref(node.input(3)),
+                  dims(node.attr("strides") or [1] * nd), dims(node.attr("dilations") or [1] * nd),
+                  dims(pads[:nd]), dims(pads[nd:]), node.attr("group", 1), p.acts(node_acts(node)))
+
+
+# ---- pooling ---------------------------------------------------------------------------------
+
+def _pool_window(node: Node) -> tuple[list[int], list[int], list[int], list[int], list[int]]:
+    """(kernel, strides, dilations, pads begin, pads end) with ceil_mode's extra end padding."""
+    x, y = node.inputs[0].shape, node.outputs[0].shape
+    spatial = list(x[2:])
+    if node.op_type.startswith("Global"):
+        return spatial, [1] * len(spatial), [1] * len(spatial), [0] * len(spatial), [0] * len(spatial)
+    k = list(node.attr("kernel_shape"))
+    s, d = list(node.attr("strides") or [1] * len(k)), list(node.attr("dilations") or [1] * len(k))
+    pads = explicit_pads(node.attr("auto_pad", "NOTSET"), node.attr("pads"), spatial, k, s, d)
+    begin, end = pads[:len(k)], pads[len(k):]
+    # the windows the output has must fit: ceil_mode's last window may need padding at the end
+    end = [max(e, (o - 1) * st + (kk - 1) * dd + 1 - n - b)
+           for e, o, st, kk, dd, n, b in zip(end, y[2:], s, k, d, spatial, begin)]
+    return k, s, d, begin, end
+
+
+def check_pool(node: Node) -> str | None:
+    why = first(dense(node, (0,)), None if node.inputs[0].rank in (3, 4, 5) else "1-D to 3-D pools only")
+    if why:
+        return why
+    if node.op_type == "AveragePool" and node.attr("count_include_pad", 0):
+        k, s, d, begin, end = _pool_window(node)
+        given = explicit_pads(node.attr("auto_pad", "NOTSET"), node.attr("pads"),
+                              node.inputs[0].shape[2:], k, s, d)[len(k):]
+        if end != given:
+            return "ceil_mode's extra padding would be counted in the average"
+    return None
+
+
+@native("MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", check=check_pool, tensors=(0,))
+def emit_pool(node: Node, p: PartitionSource) -> str:
+    """oneDNN pooling, in the layout of its input."""
+    k, s, d, begin, end = _pool_window(node)
+    kind = ("Pool::Max" if "Max" in node.op_type else
+            "Pool::AvgIncludePad" if node.attr("count_include_pad", 0) else "Pool::AvgExcludePad")
+    return p.call("pool", p.out(node), p.ref(node.inputs[0]), kind, dims(k), dims(s), dims(d),
+                  dims(begin), dims(end))
+
+
+# ---- elementwise -----------------------------------------------------------------------------
+
+def _clip_bounds(node: Node) -> tuple[float, float] | None:
+    if opset_of(node) < 11:
+        return node.attr("min", -math.inf), node.attr("max", math.inf)
+    bounds = []
+    for i, default in ((1, -math.inf), (2, math.inf)):
+        v = node.input(i)
+        if v is not None and v.const is None:
+            return None
+        bounds.append(default if v is None else float(v.const))
+    return bounds[0], bounds[1]
+
+
+UNARY: dict[str, Callable[[Node], list[tuple[str, float, float]]]] = {
+    "Relu": lambda n: [("Relu", 0.0, 0.0)],
+    "LeakyRelu": lambda n: [("Relu", n.attr("alpha", 0.01), 0.0)],
+    "Sigmoid": lambda n: [("Logistic", 0.0, 0.0)],
+    "Tanh": lambda n: [("Tanh", 0.0, 0.0)],
+    "Exp": lambda n: [("Exp", 0.0, 0.0)],
+    "Log": lambda n: [("Log", 0.0, 0.0)],
+    "Sqrt": lambda n: [("Sqrt", 0.0, 0.0)],
+    "Abs": lambda n: [("Abs", 0.0, 0.0)],
+    "Neg": lambda n: [("Linear", -1.0, 0.0)],
+    "Elu": lambda n: [("Elu", n.attr("alpha", 1.0), 0.0)],
+    "HardSigmoid": lambda n: [("HardSigmoid", n.attr("alpha", 0.2), n.attr("beta", 0.5))],
+    "HardSwish": lambda n: [("HardSwish", 1 / 6, 0.5)],
+    "Softplus": lambda n: [("SoftRelu", 1.0, 0.0)],
+    "Mish": lambda n: [("Mish", 0.0, 0.0)],
+    "Clip": lambda n: [("Clip", *_clip_bounds(n))],
+    "Gelu": lambda n: [("GeluTanh" if n.attr("approximate", "none") == "tanh" else "GeluErf", 0.0, 0.0)],
+    FUSED + "Gelu": lambda n: [("GeluTanh" if n.attr("approximate", "none") == "tanh" else "GeluErf", 0.0, 0.0)],
+    FUSED + "Activation": node_acts,
+}
+
+
+def check_unary(node: Node) -> str | None:
+    if node.op_type == "Clip" and _clip_bounds(node) is None:
+        return "Clip's bounds are computed at run time"
+    return first(dense(node, (0,)), None if UNARY[node.op](node) else "no activation")
+
+
+@native(*UNARY, check=check_unary, tensors=(0,))
+def emit_unary(node: Node, p: PartitionSource) -> str:
+    """oneDNN eltwise, in place where the plan allows."""
+    return p.call("eltwise", p.out(node), p.ref(node.inputs[0]), p.acts(UNARY[node.op](node)),
+                  p.in_place(node))
+
+
+BINARY = {"Add": "Bin::Add", "Sub": "Bin::Sub", "Mul": "Bin::Mul", "Div": "Bin::Div",
+          "Max": "Bin::Max", "Min": "Bin::Min"}
+COMMUTATIVE = {"Add", "Mul", "Max", "Min"}
+
+
+def _binary_operands(node: Node) -> tuple[Value, Value] | None:
+    """(full, other): the operand of the output's shape first (oneDNN broadcasts the second)."""
+    a, b = node.inputs
+    out = node.outputs[0].shape
+    if a.shape == out:
+        return a, b
+    if b.shape == out and node.op_type in COMMUTATIVE:
+        return b, a
+    return None
+
+
+def check_binary(node: Node) -> str | None:
+    if len(node.inputs) != 2:
+        return f"{len(node.inputs)} operands: oneDNN's binary takes two"
+    why = dense(node)
+    if why:
+        return why
+    ops = _binary_operands(node)
+    if ops is None:
+        return "the first operand broadcasts: oneDNN broadcasts the second only"
+    if ops[1].const is None and ops[1].rank != ops[0].rank:
+        return "the operands' ranks differ and the smaller one is computed at run time"
+    return None
+
+
+@native(*BINARY, check=check_binary)
+def emit_binary(node: Node, p: PartitionSource) -> str:
+    """oneDNN binary, the second operand broadcast, in place where the plan allows."""
+    full, other = _binary_operands(node)
+    rank = full.rank
+    b = p.ref(other) if other.const is None else \
+        p.const(other.const.reshape((1,) * (rank - other.const.ndim) + other.const.shape), other.name)
+    return p.call("binary", p.out(node), p.ref(full), b, BINARY[node.op_type], "{}",
+                  p.in_place(node, full))
+
+
+def check_batch_norm(node: Node) -> str | None:
+    return first(dense(node), *(constant(node, i, "statistics") for i in range(1, 5)),
+                 "training mode" if node.attr("training_mode", 0) else None,
+                 None if node.inputs[0].rank in (2, 3, 4, 5) else "2-D to 5-D inputs only")
+
+
+@native("BatchNormalization", check=check_batch_norm)
+def emit_batch_norm(node: Node, p: PartitionSource) -> str:
+    """oneDNN batch normalization with the model's statistics."""
+    return p.call("batch_norm", p.out(node), *(p.ref(node.inputs[i]) for i in range(5)),
+                  p.float(node.attr("epsilon", 1e-5)), "{}")
+
+
+# ---- reshapes, concat, transpose -------------------------------------------------------------
+
+def check_view(node: Node) -> str | None:
+    training = node.input(2) if node.op_type == "Dropout" else None
+    if training is not None and (training.const is None or bool(training.const)):
+        return "Dropout may be in training mode"
+    return dense(node, (0,))
+
+
+@native("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout", check=check_view,
+        plain=(0,), tensors=(0,), view=True)
+def emit_view(node: Node, p: PartitionSource) -> str:
+    """The same bytes seen with another shape: no work (a copy only into a partition output)."""
+    return p.call("reshape", p.out(node), p.ref(node.inputs[0]))
+
+
+def check_concat(node: Node) -> str | None:
+    return dense(node)
+
+
+@native("Concat", check=check_concat)
+def emit_concat(node: Node, p: PartitionSource) -> str:
+    """oneDNN concat over the inputs' layouts."""
+    axis = node.attr("axis") % node.outputs[0].rank
+    return p.call("concat", p.out(node), "{" + ", ".join(str(p.ref(v)) for v in node.inputs) + "}", axis)
+
+
+@native("Transpose", check=lambda node: dense(node))
+def emit_transpose(node: Node, p: PartitionSource) -> str:
+    """A oneDNN reorder reading the input through permuted strides."""
+    rank = node.inputs[0].rank
+    perm = node.attr("perm") or list(range(rank))[::-1]
+    return p.call("transpose", p.out(node), p.ref(node.inputs[0]), dims(perm))
+
+
+def check_softmax(node: Node) -> str | None:
+    rank = node.inputs[0].rank
+    why = dense(node)
+    if why:
+        return why
+    if opset_of(node) < 13 and node.attr("axis", 1) % rank != rank - 1:
+        return "before opset 13 Softmax flattens from its axis; native runs the last axis only"
+    return None
+
+
+@native("Softmax", "LogSoftmax", check=check_softmax)
+def emit_softmax(node: Node, p: PartitionSource) -> str:
+    """oneDNN softmax over one axis."""
+    rank = node.inputs[0].rank
+    axis = node.attr("axis", -1 if opset_of(node) >= 13 else 1) % rank
+    return p.call("softmax", p.out(node), p.ref(node.inputs[0]), axis,
+                  "true" if node.op_type == "LogSoftmax" else "false")
+
+
+# ---- matrix products -------------------------------------------------------------------------
+
+def _gemm_attrs(node: Node) -> tuple[bool, bool, float, float]:
+    if node.op_type == "Gemm":
+        return bool(node.attr("transA", 0)), bool(node.attr("transB", 0)), \
+            node.attr("alpha", 1.0), node.attr("beta", 1.0)
+    return bool(node.attr("trans_a", 0)), bool(node.attr("trans_b", 0)), \
+        node.attr("alpha", 1.0), node.attr("beta", 1.0)
+
+
+def _linear_weights(node: Node) -> tuple[np.ndarray, np.ndarray | None] | None:
+    """(W [K, N], bias [N]) with alpha and beta folded in, when the node is a linear layer: a
+    constant 2-D B, no transposed A, and no bias or a constant one along the last axis."""
+    trans_a, trans_b, alpha, beta = _gemm_attrs(node)
+    b, c = node.inputs[1], node.input(2)
+    if trans_a or b.const is None or b.rank != 2 or node.inputs[0].rank < 2:
+        return None
+    w = b.const.T if trans_b else b.const
+    n = w.shape[1]
+    if c is not None and (c.const is None or c.const.size not in (1, n) or
+                          (c.const.size == n and c.const.shape[-1:] != (n,) and c.const.ndim)):
+        return None
+    bias = None if c is None else np.broadcast_to(c.const.reshape(-1), (n,)) * np.float32(beta)
+    return np.ascontiguousarray(w * np.float32(alpha), np.float32), \
+        None if bias is None else bias.astype(np.float32)
+
+
+def check_matmul(node: Node) -> str | None:
+    why = dense(node, (0, 1, 2))
+    if why or _linear_weights(node) is not None:
+        return why
+    a, b, c = node.inputs[0], node.inputs[1], node.input(2)
+    if a.rank < 2 or b.rank < 2:
+        return "a 1-D operand"
+    if a.rank != b.rank and (a.const is None and b.const is None):
+        return "the operands' ranks differ"
+    if c is not None:
+        out = node.outputs[0]
+        if c.const is None and c.rank != out.rank:
+            return "the bias's rank differs from the output's and it is computed at run time"
+        if c.const is None and _gemm_attrs(node)[3] != 1.0:
+            return "beta scales a bias computed at run time"
+    return None
+
+
+def _same_rank(p: PartitionSource, v: Value, rank: int) -> int:
+    if v.rank == rank:
+        return p.ref(v)
+    return p.const(v.const.reshape((1,) * (rank - v.rank) + v.const.shape), v.name)
+
+
+@native("MatMul", "Gemm", FUSED + "FusedMatMul", check=check_matmul)
+def emit_matmul(node: Node, p: PartitionSource) -> str:
+    """oneDNN matmul: a linear layer (constant B) on the weight reordered once, with bias and
+    activation as post-ops; else a batched product of two dense operands."""
+    acts_ = node_acts(node) if node.domain else []
+    linear = _linear_weights(node)
+    if linear is not None:
+        w, bias = linear
+        return p.call("linear", p.out(node), p.ref(node.inputs[0]), p.const(w, node.inputs[1].name),
+                      -1 if bias is None else p.const(bias, f"{node.name}_bias"), p.acts(acts_))
+    trans_a, trans_b, alpha, beta = _gemm_attrs(node)
+    rank = node.outputs[0].rank
+    a, b, c = node.inputs[0], node.inputs[1], node.input(2)
+    cref = -1
+    if c is not None:
+        cref = p.const((c.const * np.float32(beta)).reshape((1,) * (rank - c.rank) + c.shape), c.name) \
+            if c.const is not None else p.ref(c)
+    return p.call("matmul", p.out(node), _same_rank(p, a, rank), _same_rank(p, b, rank), cref,
+                  p.bool(trans_a), p.bool(trans_b), p.float(alpha), p.acts(acts_))
+
+
+def check_pool_gemm(node: Node) -> str | None:
+    return first(dense(node), constant(node, 1, "weight"), constant(node, 2, "bias"),
+                 None if not node.attr("transB", 0) or node.inputs[1].rank == 2 else "a 2-D weight")
+
+
+@native(FUSED + "PoolGemm", check=check_pool_gemm)
+def emit_pool_gemm(node: Node, p: PartitionSource) -> str:
+    """Global average pooling into a dense temporary, then the linear layer."""
+    x, w, c = node.inputs[0], node.inputs[1].const, node.input(2)
+    n, ch = x.shape[:2]
+    weight = (w.T if node.attr("transB", 0) else w) * np.float32(node.attr("alpha", 1.0))
+    outs = weight.shape[1]
+    pooled = p.temp([n, ch] + [1] * (x.rank - 2), plain=True)
+    rows = p.temp([n, ch], plain=True)
+    bias = -1 if c is None else p.const(
+        np.broadcast_to(c.const.reshape(-1) * np.float32(node.attr("beta", 1.0)), (outs,)).astype(np.float32),
+        c.name)
+    k = list(x.shape[2:])
+    zeros, ones = dims([0] * len(k)), dims([1] * len(k))
+    return "\n".join([
+        p.call("pool", pooled, p.ref(x), "Pool::AvgExcludePad", dims(k), ones, ones, zeros, zeros),
+        p.call("reshape", rows, pooled),
+        p.call("linear", p.out(node), rows, p.const(np.ascontiguousarray(weight, np.float32), node.inputs[1].name),
+               bias, "{}")])
+
+
+# ---- normalization and attention -------------------------------------------------------------
+
+def _norm_axis(node: Node) -> int:
+    return node.attr("axis", -1) % node.inputs[0].rank
+
+
+def check_layer_norm(node: Node) -> str | None:
+    x, r = node.inputs[0], node.input(3)
+    return first(dense(node), constant(node, 1, "scale"), constant(node, 2, "bias"),
+                 None if r is None or r.shape == x.shape else "the residual broadcasts")
+
+
+@native(FUSED + "LayerNorm", check=check_layer_norm, plain=(0, 3))
+def emit_layer_norm(node: Node, p: PartitionSource) -> str:
+    """The residual added into a temporary, then oneDNN layer normalization over the trailing axes."""
+    axis = _norm_axis(node)
+    return p.call("layer_norm", p.out(node), p.ref(node.inputs[0]), p.ref(node.input(1)),
+                  p.ref(node.input(2)), p.ref(node.input(3)), axis, p.float(node.attr("epsilon", 1e-5)))
+
+
+def check_norm_matmul(node: Node) -> str | None:
+    return first(dense(node), None if node.attr("norm") == "LayerNorm" else
+                 f"{node.attr('norm')}: oneDNN 3.2 has no RMS normalization",
+                 None if _linear_weights(node) is not None else "not a linear layer",
+                 None if node.input(3) is None or node.input(3).shape == node.inputs[0].shape else
+                 "the residual broadcasts")
+
+
+@native(FUSED + "NormMatMul", check=check_norm_matmul, plain=(0, 3))
+def emit_norm_matmul(node: Node, p: PartitionSource) -> str:
+    """Layer norm without affine (the rule folded it into the weight) into a dense temporary,
+    then the linear layer."""
+    x = node.inputs[0]
+    w, bias = _linear_weights(node)
+    normed = p.temp(list(x.shape), plain=True)
+    return "\n".join([
+        p.call("layer_norm", normed, p.ref(x), -1, -1, p.ref(node.input(3)), x.rank - 1,
+               p.float(node.attr("epsilon", 1e-5))),
+        p.call("linear", p.out(node), normed, p.const(w, node.inputs[1].name),
+               -1 if bias is None else p.const(bias, f"{node.name}_bias"), p.acts(node_acts(node)))])
+
+
+def check_attention(node: Node) -> str | None:
+    from ..torch_cpu.fused import dead_rows, fits   # one definition of what the mask may be
+    why = dense(node)
+    if why:
+        return why
+    q, k, mask = node.inputs[0], node.inputs[1], node.input(3)
+    if mask is None:
+        return None
+    scores = (*q.shape[:-1], k.shape[-2])
+    if not fits(mask.shape, scores):
+        return "the mask grows the scores"
+    if mask.const is None and mask.rank != q.rank:
+        return "the mask's rank differs from the scores' and it is computed at run time"
+    if node.attr("nan_to_zero", 0) and (mask.const is None or dead_rows(mask.const)):
+        return "a query row the mask rules out must give 0, which needs a check per call"
+    return None
+
+
+@native(FUSED + "Attention", check=check_attention, plain=(0, 1, 2, 3))
+def emit_attention(node: Node, p: PartitionSource) -> str:
+    """q·kᵀ with the scale and mask as post-ops, softmax, then ·v: three oneDNN primitives."""
+    mask = node.input(3)
+    m = -1 if mask is None else _same_rank(p, mask, node.inputs[0].rank)
+    return p.call("attention", p.out(node), p.ref(node.inputs[0]), p.ref(node.inputs[1]),
+                  p.ref(node.inputs[2]), m, p.float(node.attr("scale", 1.0)))

@@ -1,0 +1,86 @@
+"""Loading a built model library and calling its partitions from Python.
+
+A NativePartition is built once (oneDNN primitives created, weights reordered, the arena
+allocated) and then called with torch tensors: it allocates the outputs, passes the data
+pointers of inputs and outputs, and runs every step of the partition in one C call.
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+import weakref
+from pathlib import Path
+
+import torch
+
+from ...errors import KernelBuildError, NodeExecutionError
+from ...ir import Node
+from .build import Toolchain, model_library
+from .emit import NativeSource
+
+_c = ctypes.c_void_p
+
+
+class NativeLibrary:
+    def __init__(self, path: Path):
+        lib = self.lib = ctypes.CDLL(str(path))
+        lib.af_partition.restype, lib.af_partition.argtypes = _c, [ctypes.c_int]
+        lib.af_build.restype, lib.af_build.argtypes = _c, [_c, ctypes.POINTER(_c)]
+        lib.af_run.restype = ctypes.c_int
+        lib.af_run.argtypes = [_c, ctypes.POINTER(_c), ctypes.POINTER(_c)]
+        lib.af_free.restype, lib.af_free.argtypes = None, [_c]
+        lib.af_error.restype = ctypes.c_char_p
+        lib.af_arena_bytes.restype, lib.af_arena_bytes.argtypes = ctypes.c_size_t, [_c]
+        lib.af_version.restype = ctypes.c_char_p
+        self.path = path
+
+    @classmethod
+    def build(cls, tc: Toolchain, source: str) -> "NativeLibrary":
+        return cls(model_library(tc, source))
+
+    def error(self) -> str:
+        return self.lib.af_error().decode(errors="replace")
+
+    def version(self) -> str:
+        return self.lib.af_version().decode()
+
+
+class NativePartition:
+    """One native partition, callable with its input tensors; returns its output tensors."""
+
+    def __init__(self, library: NativeLibrary, bound: NativeSource, nodes: list[Node]):
+        self.library, self.nodes = library, {n.name: n for n in nodes}
+        lib = library.lib
+        consts = (_c * max(len(bound.constants), 1))(*[a.ctypes.data for a in bound.constants])
+        handle = lib.af_build(lib.af_partition(bound.entry), consts)
+        if not handle:
+            raise KernelBuildError(self._where(library.error()))
+        self.handle = handle
+        self.arena_bytes = lib.af_arena_bytes(handle)
+        weakref.finalize(self, lib.af_free, handle)
+        self.out_shapes = [tuple(v.shape) for v in bound.outputs]
+        self.n_in, self.n_out = len(bound.inputs), len(bound.outputs)
+        self._run = lib.af_run
+        self._lock = threading.Lock()   # one arena: calls from several threads take turns
+
+    def _where(self, message: str) -> str:
+        """The runtime says "node 'NAME': …"; name the node the way every error does."""
+        name = message.split("'")[1] if message.startswith("node '") else None
+        node = self.nodes.get(name)
+        return f"{node.describe()}: {message.split(': ', 1)[1]}" if node else message
+
+    def __call__(self, *xs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        xs = [x.contiguous() for x in xs]
+        outs = [torch.empty(s) for s in self.out_shapes]
+        ins = (_c * max(self.n_in, 1))(*[x.data_ptr() for x in xs])
+        ptrs = (_c * max(self.n_out, 1))(*[o.data_ptr() for o in outs])
+        with self._lock:
+            rc = self._run(self.handle, ins, ptrs)
+        if rc:
+            message = self.library.error()
+            name = message.split("'")[1] if message.startswith("node '") else None
+            node = self.nodes.get(name)
+            if node is not None:
+                raise NodeExecutionError(node.describe(), RuntimeError(message.split(": ", 1)[1]))
+            raise RuntimeError(message)
+        return tuple(outs)

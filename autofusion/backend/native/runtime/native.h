@@ -1,0 +1,114 @@
+// The native runtime's interface: what a generated partition calls.
+//
+// A Partition is one native partition of a compiled model: its values (partition inputs and
+// outputs bound to the caller's buffers on every run, constants copied in once, intermediates
+// in one arena), and its steps, one per graph node, each one or more oneDNN primitives created
+// once. Generated code declares the values with the plan's layouts and lifetimes, then calls one
+// method per node in execution order; finalize() places the intermediates in the arena.
+//
+// This header includes no oneDNN header, so generated code compiles in a fraction of a second;
+// runtime.cpp, built once per machine into its own library, holds everything else.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace af {
+
+using Dims = std::vector<int64_t>;
+constexpr float inf = __builtin_inff();
+constexpr float nan = __builtin_nanf("");
+
+// Plain: dense row-major (what the caller's tensors and reshapes need). Any: what oneDNN picks
+// for the producing primitive (a blocked layout along a chain of convolutions).
+enum class Layout { Plain, Any };
+
+// One elementwise function: oneDNN's eltwise algorithm with its two parameters, used both as a
+// post-op and as a primitive of its own. The Python side maps activations onto these.
+enum class Alg {
+  None, Relu, Clip, Logistic, Tanh, HardSigmoid, HardSwish, Elu, Swish, GeluErf, GeluTanh,
+  Exp, Log, Sqrt, Abs, Linear, SoftRelu, Round, Mish, Square,
+};
+struct Act {
+  Alg alg = Alg::None;
+  float alpha = 0.f, beta = 0.f;
+};
+using Acts = std::vector<Act>;
+
+enum class Bin { Add, Sub, Mul, Div, Max, Min };
+enum class Pool { Max, AvgIncludePad, AvgExcludePad };
+
+class Partition {
+ public:
+  explicit Partition(const void* const* constants);
+  ~Partition();
+  Partition(const Partition&) = delete;
+  Partition& operator=(const Partition&) = delete;
+
+  // ---- values (id: an index the generated code picks; step: the node that makes or uses it)
+  void input(int id, int slot, const Dims& shape);
+  void output(int id, int slot, const Dims& shape);
+  void constant(int id, int slot, const Dims& shape);
+  void value(int id, const Dims& shape, int first, int last, Layout layout);
+
+  // ---- steps: node() starts the next one (its name goes into every error it raises)
+  void node(const char* name);
+  // act(conv(src, w) + b + residual); dilations as ONNX counts them (1 = dense)
+  void conv(int dst, int src, int w, int b, int residual, const Dims& strides,
+            const Dims& dilations, const Dims& pad_begin, const Dims& pad_end, int64_t groups,
+            const Acts& acts);
+  void pool(int dst, int src, Pool kind, const Dims& kernel, const Dims& strides,
+            const Dims& dilations, const Dims& pad_begin, const Dims& pad_end);
+  void eltwise(int dst, int src, const Acts& acts, bool in_place);
+  void binary(int dst, int a, int b, Bin op, const Acts& acts, bool in_place);
+  void batch_norm(int dst, int src, int scale, int bias, int mean, int var, float epsilon,
+                  const Acts& acts);
+  // act(a·w + bias) over a's last axis: w a constant [K, N], bias a constant [N] or -1
+  void linear(int dst, int a, int w, int bias, const Acts& acts);
+  // act(alpha·(a·b) + c) with numpy broadcasting; a, b, c plain and of one rank
+  void matmul(int dst, int a, int b, int c, bool trans_a, bool trans_b, float alpha,
+              const Acts& acts);
+  void concat(int dst, const std::vector<int>& srcs, int axis);
+  void softmax(int dst, int src, int axis, bool log);
+  // layer norm over the axes from `axis` on of (src + residual); scale/bias constants or -1
+  void layer_norm(int dst, int src, int scale, int bias, int residual, int axis, float epsilon);
+  void transpose(int dst, int src, const std::vector<int>& perm);
+  // dst is src with another shape (the same plain bytes): a view, or a copy where dst is output
+  void reshape(int dst, int src);
+  // softmax(q·kᵀ·scale + mask)·v, mask -1 when there is none
+  void attention(int dst, int q, int k, int v, int mask, float scale);
+
+  void finalize();
+  void run(void* const* inputs, void* const* outputs);
+  size_t arena_bytes() const;
+  std::string current_node() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+using BuildFn = void (*)(Partition&);
+
+// The C entry points of the runtime library, called from Python.
+extern "C" {
+Partition* af_build(BuildFn fn, const void* const* constants);
+int af_run(Partition* p, void* const* inputs, void* const* outputs);
+void af_free(Partition* p);
+const char* af_error();
+size_t af_arena_bytes(Partition* p);
+const char* af_version();
+}
+
+}  // namespace af
+
+// A generated source ends with AF_PARTITIONS(partition_0, partition_1, ...): the table Python
+// reads through af_partition(k).
+#define AF_PARTITIONS(...)                                             \
+  static const af::BuildFn af_partitions_[] = {__VA_ARGS__};           \
+  extern "C" af::BuildFn af_partition(int k) { return af_partitions_[k]; } \
+  extern "C" int af_partition_count() {                                \
+    return int(sizeof(af_partitions_) / sizeof(af_partitions_[0]));    \
+  }

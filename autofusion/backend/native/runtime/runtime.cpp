@@ -1,0 +1,715 @@
+// The native runtime: Partition over oneDNN primitives (see native.h).
+//
+// Creation follows OpenVINO's order: each step, in execution order, creates its primitive
+// descriptors with the memory descriptors its inputs already have (oneDNN chooses the layout
+// of what it writes where the plan says Any), inserts a reorder only where a primitive needs
+// another layout than its input has or where the plan wants a value Plain, and reorders
+// constant weights once into the layout the primitive wants. finalize() then sizes every
+// intermediate, places them in one arena by their lifetimes (two values share bytes only if
+// their step ranges do not meet) and binds the primitives' arguments. run() binds the caller's
+// buffers and executes the primitives in order.
+#include "native.h"
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+
+namespace af {
+
+using dnnl::memory;
+using tag = memory::format_tag;
+using dt = memory::data_type;
+
+namespace {
+
+thread_local std::string last_error;
+
+memory::desc plain(const Dims& shape) {   // dense row-major
+  Dims strides(shape.size(), 1);
+  for (size_t i = shape.size(); i-- > 1;) strides[i - 1] = strides[i] * std::max<int64_t>(shape[i], 1);
+  return memory::desc(shape, dt::f32, strides);
+}
+
+memory::desc any(const Dims& shape) { return memory::desc(shape, dt::f32, tag::any); }
+
+dnnl::algorithm eltwise_alg(Alg a) {
+  using A = dnnl::algorithm;
+  switch (a) {
+    case Alg::Relu: return A::eltwise_relu;
+    case Alg::Clip: return A::eltwise_clip_v2;
+    case Alg::Logistic: return A::eltwise_logistic;
+    case Alg::Tanh: return A::eltwise_tanh;
+    case Alg::HardSigmoid: return A::eltwise_hardsigmoid;
+    case Alg::HardSwish: return A::eltwise_hardswish;
+    case Alg::Elu: return A::eltwise_elu;
+    case Alg::Swish: return A::eltwise_swish;
+    case Alg::GeluErf: return A::eltwise_gelu_erf;
+    case Alg::GeluTanh: return A::eltwise_gelu_tanh;
+    case Alg::Exp: return A::eltwise_exp;
+    case Alg::Log: return A::eltwise_log;
+    case Alg::Sqrt: return A::eltwise_sqrt;
+    case Alg::Abs: return A::eltwise_abs;
+    case Alg::Linear: return A::eltwise_linear;
+    case Alg::SoftRelu: return A::eltwise_soft_relu;
+    case Alg::Round: return A::eltwise_round;
+    case Alg::Mish: return A::eltwise_mish;
+    case Alg::Square: return A::eltwise_square;
+    case Alg::None: break;
+  }
+  throw std::runtime_error("no eltwise algorithm");
+}
+
+dnnl::algorithm binary_alg(Bin b) {
+  using A = dnnl::algorithm;
+  switch (b) {
+    case Bin::Add: return A::binary_add;
+    case Bin::Sub: return A::binary_sub;
+    case Bin::Mul: return A::binary_mul;
+    case Bin::Div: return A::binary_div;
+    case Bin::Max: return A::binary_max;
+    case Bin::Min: return A::binary_min;
+  }
+  throw std::runtime_error("no binary algorithm");
+}
+
+// oneDNN counts dilation from 0 (dense), ONNX from 1
+Dims onednn_dilations(const Dims& d) {
+  Dims out(d);
+  for (auto& x : out) x -= 1;
+  return out;
+}
+
+size_t align_up(size_t n) { return (n + 63) / 64 * 64; }
+
+}  // namespace
+
+enum class Kind { Input, Output, Constant, Internal };
+
+struct Val {
+  Kind kind = Kind::Internal;
+  int slot = -1;
+  Dims shape;
+  Layout layout = Layout::Any;
+  int first = -1, last = -1;   // steps; set for internals by the plan, widened for temporaries
+  int alias = -1;              // a view of this value's bytes
+  bool has_md = false;
+  memory::desc md;
+  memory owned;                // constants: the data copied in, plain
+  size_t offset = 0;
+};
+
+// an argument of a primitive: a value (seen through `md` if set) or an owned memory
+struct Arg {
+  int key;
+  int value = -1;
+  memory::desc md;
+  bool has_md = false;
+  memory mem;
+};
+
+struct Exec {
+  dnnl::primitive prim;
+  std::vector<Arg> args;
+  std::unordered_map<int, memory> bound;
+  std::string node;
+};
+
+struct Partition::Impl {
+  dnnl::engine eng{dnnl::engine::kind::cpu, 0};
+  dnnl::stream strm{eng};
+  const void* const* constants;
+  std::unordered_map<int, Val> vals;
+  std::vector<Exec> execs;
+  int step = -1;
+  int next_temp = 1 << 30;
+  std::string node = "<start>";
+  std::vector<std::vector<memory>> input_mems, output_mems;   // per slot: every view of it
+  std::vector<char, std::allocator<char>> arena_storage;
+  char* arena = nullptr;
+  size_t arena_size = 0;
+  memory scratch;
+  size_t scratch_size = 0;
+
+  explicit Impl(const void* const* c) : constants(c) {}
+
+  [[noreturn]] void fail(const std::string& what) const {
+    throw std::runtime_error("node '" + node + "': " + what);
+  }
+
+  Val& val(int id) {
+    auto it = vals.find(id);
+    if (it == vals.end()) fail("value " + std::to_string(id) + " is not declared");
+    return it->second;
+  }
+
+  int root(int id) {
+    while (val(id).alias >= 0) id = val(id).alias;
+    return id;
+  }
+
+  const memory::desc& md_of(int id) {
+    Val& v = val(id);
+    if (!v.has_md) fail("value " + std::to_string(id) + " is read before it is written");
+    return v.md;
+  }
+
+  dnnl::primitive_attr attr(const Acts& acts, const std::vector<memory::desc>& binary_adds = {}) {
+    dnnl::primitive_attr a;
+    a.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    dnnl::post_ops po;
+    for (const auto& md : binary_adds) po.append_binary(dnnl::algorithm::binary_add, md);
+    for (const auto& act : acts)
+      if (act.alg != Alg::None) po.append_eltwise(eltwise_alg(act.alg), act.alpha, act.beta);
+    a.set_post_ops(po);
+    return a;
+  }
+
+  int temp(const memory::desc& md) {
+    int id = next_temp++;
+    Val v;
+    v.md = md;
+    v.has_md = true;
+    v.first = v.last = step;
+    v.shape = md.get_dims();
+    vals[id] = v;
+    return id;
+  }
+
+  void add(const dnnl::primitive_desc_base& pd, dnnl::primitive prim, std::vector<Arg> args) {
+    scratch_size = std::max(scratch_size, pd.scratchpad_desc().get_size());
+    execs.push_back(Exec{std::move(prim), std::move(args), {}, node});
+  }
+
+  static Arg use(int key, int id) { return Arg{key, id}; }
+  static Arg view(int key, int id, const memory::desc& md) {
+    Arg a{key, id};
+    a.md = md;
+    a.has_md = true;
+    return a;
+  }
+  static Arg owned(int key, const memory& m) {
+    Arg a{key};
+    a.mem = m;
+    return a;
+  }
+
+  void reorder(int src, const memory::desc& src_md, int dst, const memory::desc& dst_md) {
+    dnnl::reorder::primitive_desc pd(eng, src_md, eng, dst_md, reorder_attr());
+    add(pd, dnnl::reorder(pd), {view(DNNL_ARG_FROM, src, src_md), view(DNNL_ARG_TO, dst, dst_md)});
+  }
+
+  static dnnl::primitive_attr reorder_attr() {
+    dnnl::primitive_attr a;
+    a.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    return a;
+  }
+
+  // the id of a value holding `src` in layout `md`: src itself, or a temporary a reorder fills
+  int ensure(int src, const memory::desc& md) {
+    if (md_of(src) == md) return src;
+    int t = temp(md);
+    reorder(src, md_of(src), t, md);
+    return t;
+  }
+
+  // where a primitive that writes layout `md` should write dst; finish() completes it
+  int produce(int dst, const memory::desc& md) {
+    Val& v = val(dst);
+    if (v.has_md) fail("value " + std::to_string(dst) + " is written twice");
+    if (v.layout == Layout::Plain && md != plain(v.shape)) {
+      v.md = plain(v.shape);
+      v.has_md = true;
+      return temp(md);
+    }
+    v.md = md;
+    v.has_md = true;
+    return dst;
+  }
+
+  void finish(int dst, int written) {
+    if (written != dst) reorder(written, md_of(written), dst, md_of(dst));
+  }
+
+  // a constant copied into memory of layout `md` (weights reordered once, here)
+  memory constant_as(int id, const memory::desc& md) {
+    Val& c = val(id);
+    if (c.kind != Kind::Constant) fail("value " + std::to_string(id) + " must be a constant");
+    memory src(c.owned.get_desc().reshape(md.get_dims()), eng, c.owned.get_data_handle());
+    memory out(md, eng);
+    dnnl::reorder(src, out).execute(strm, src, out);
+    strm.wait();
+    return out;
+  }
+
+  void finalize() {
+    // every view of a buffer keeps it alive: a root's lifetime spans its aliases'
+    for (auto& [id, v] : vals) {
+      if (v.alias < 0) continue;
+      Val& r = val(root(id));
+      r.first = std::min(r.first, v.first);
+      r.last = std::max(r.last, v.last);
+    }
+    // greedy placement, largest first: the lowest offset clear of every placed buffer whose
+    // lifetime meets this one's
+    std::vector<int> order;
+    for (auto& [id, v] : vals)
+      if (v.kind == Kind::Internal && v.alias < 0) {
+        if (!v.has_md) {
+          node = "<finalize>";
+          fail("value " + std::to_string(id) + " is declared but never written");
+        }
+        order.push_back(id);
+      }
+    std::sort(order.begin(), order.end(), [&](int a, int b) {
+      size_t sa = vals[a].md.get_size(), sb = vals[b].md.get_size();
+      return sa != sb ? sa > sb : a < b;
+    });
+    std::vector<int> placed;
+    for (int id : order) {
+      Val& v = vals[id];
+      size_t size = align_up(std::max<size_t>(v.md.get_size(), 1));
+      std::vector<std::pair<size_t, size_t>> busy;
+      for (int p : placed) {
+        const Val& u = vals[p];
+        if (u.first <= v.last && v.first <= u.last)
+          busy.emplace_back(u.offset, u.offset + align_up(std::max<size_t>(u.md.get_size(), 1)));
+      }
+      std::sort(busy.begin(), busy.end());
+      size_t at = 0;
+      for (auto [b, e] : busy) {
+        if (at + size <= b) break;
+        at = std::max(at, e);
+      }
+      v.offset = at;
+      arena_size = std::max(arena_size, at + size);
+      placed.push_back(id);
+    }
+    arena_storage.assign(arena_size + 64, 0);
+    arena = reinterpret_cast<char*>(align_up(reinterpret_cast<size_t>(arena_storage.data())));
+    scratch = memory(memory::desc({int64_t(std::max<size_t>(scratch_size, 1))}, dt::u8, tag::a),
+                     eng);
+    for (auto& e : execs) {
+      for (auto& a : e.args) {
+        if (a.value < 0) {
+          e.bound[a.key] = a.mem;
+          continue;
+        }
+        int r = root(a.value);
+        Val& rv = vals[r];
+        const memory::desc& md = a.has_md ? a.md : vals[a.value].md;
+        void* ptr = rv.kind == Kind::Internal ? arena + rv.offset : nullptr;
+        if (rv.kind == Kind::Constant) ptr = rv.owned.get_data_handle();
+        memory m(md, eng, ptr);
+        if (rv.kind == Kind::Input) input_mems[rv.slot].push_back(m);
+        if (rv.kind == Kind::Output) output_mems[rv.slot].push_back(m);
+        e.bound[a.key] = m;
+      }
+      if (scratch_size) e.bound[DNNL_ARG_SCRATCHPAD] = scratch;
+    }
+  }
+
+  void run(void* const* inputs, void* const* outputs) {
+    for (size_t s = 0; s < input_mems.size(); ++s)
+      for (auto& m : input_mems[s]) m.set_data_handle(inputs[s]);
+    for (size_t s = 0; s < output_mems.size(); ++s)
+      for (auto& m : output_mems[s]) m.set_data_handle(outputs[s]);
+    for (auto& e : execs) {
+      node = e.node;
+      try {
+        e.prim.execute(strm, e.bound);
+      } catch (const dnnl::error& err) {
+        fail(err.what());
+      }
+    }
+    strm.wait();
+  }
+};
+
+Partition::Partition(const void* const* constants) : impl_(new Impl(constants)) {}
+Partition::~Partition() = default;
+
+void Partition::input(int id, int slot, const Dims& shape) {
+  Val v;
+  v.kind = Kind::Input;
+  v.slot = slot;
+  v.shape = shape;
+  v.layout = Layout::Plain;
+  v.md = plain(shape);
+  v.has_md = true;
+  impl_->vals[id] = v;
+  if (int(impl_->input_mems.size()) <= slot) impl_->input_mems.resize(slot + 1);
+}
+
+void Partition::output(int id, int slot, const Dims& shape) {
+  Val v;
+  v.kind = Kind::Output;
+  v.slot = slot;
+  v.shape = shape;
+  v.layout = Layout::Plain;
+  impl_->vals[id] = v;
+  if (int(impl_->output_mems.size()) <= slot) impl_->output_mems.resize(slot + 1);
+}
+
+void Partition::constant(int id, int slot, const Dims& shape) {
+  Val v;
+  v.kind = Kind::Constant;
+  v.slot = slot;
+  v.shape = shape;
+  v.layout = Layout::Plain;
+  v.md = plain(shape);
+  v.has_md = true;
+  v.owned = memory(v.md, impl_->eng);
+  std::memcpy(v.owned.get_data_handle(), impl_->constants[slot], v.md.get_size());
+  impl_->vals[id] = v;
+}
+
+void Partition::value(int id, const Dims& shape, int first, int last, Layout layout) {
+  Val v;
+  v.shape = shape;
+  v.first = first;
+  v.last = last;
+  v.layout = layout;
+  impl_->vals[id] = v;
+}
+
+void Partition::node(const char* name) {
+  impl_->node = name;
+  impl_->step += 1;
+}
+
+void Partition::conv(int dst, int src, int w, int b, int residual, const Dims& strides,
+                     const Dims& dilations, const Dims& pad_begin, const Dims& pad_end,
+                     int64_t groups, const Acts& acts) {
+  Impl& m = *impl_;
+  Dims wdims = m.val(w).shape;   // ONNX [O, I/g, k...]; oneDNN's grouped form [g, O/g, I/g, k...]
+  if (groups > 1) {
+    wdims.insert(wdims.begin(), groups);
+    wdims[1] /= groups;
+  }
+  memory::desc bias_md = b >= 0 ? plain(m.val(b).shape) : memory::desc();
+  std::vector<memory::desc> adds;
+  if (residual >= 0) adds.push_back(m.md_of(residual));
+  dnnl::convolution_forward::primitive_desc pd(
+      m.eng, dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+      any(m.val(src).shape), any(wdims), bias_md, any(m.val(dst).shape), strides,
+      onednn_dilations(dilations), pad_begin, pad_end, m.attr(acts, adds));
+  int x = m.ensure(src, pd.src_desc());
+  int y = m.produce(dst, pd.dst_desc());
+  std::vector<Arg> args{Impl::use(DNNL_ARG_SRC, x),
+                        Impl::owned(DNNL_ARG_WEIGHTS, m.constant_as(w, pd.weights_desc())),
+                        Impl::use(DNNL_ARG_DST, y)};
+  if (b >= 0) args.push_back(Impl::owned(DNNL_ARG_BIAS, m.constant_as(b, pd.bias_desc())));
+  if (residual >= 0)
+    args.push_back(Impl::use(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, residual));
+  m.add(pd, dnnl::convolution_forward(pd), std::move(args));
+  m.finish(dst, y);
+}
+
+void Partition::pool(int dst, int src, Pool kind, const Dims& kernel, const Dims& strides,
+                     const Dims& dilations, const Dims& pad_begin, const Dims& pad_end) {
+  Impl& m = *impl_;
+  dnnl::algorithm alg = kind == Pool::Max             ? dnnl::algorithm::pooling_max
+                        : kind == Pool::AvgIncludePad ? dnnl::algorithm::pooling_avg_include_padding
+                                                      : dnnl::algorithm::pooling_avg_exclude_padding;
+  dnnl::pooling_forward::primitive_desc pd(
+      m.eng, dnnl::prop_kind::forward_inference, alg, m.md_of(src), any(m.val(dst).shape),
+      strides, kernel, onednn_dilations(dilations), pad_begin, pad_end, m.attr({}));
+  int y = m.produce(dst, pd.dst_desc());
+  m.add(pd, dnnl::pooling_forward(pd), {Impl::use(DNNL_ARG_SRC, src), Impl::use(DNNL_ARG_DST, y)});
+  m.finish(dst, y);
+}
+
+void Partition::eltwise(int dst, int src, const Acts& acts, bool in_place) {
+  Impl& m = *impl_;
+  if (acts.empty()) m.fail("an eltwise step needs an activation");
+  const memory::desc md = m.md_of(src);
+  int y;
+  if (in_place) {
+    Val& d = m.val(dst);
+    d.alias = src;
+    d.md = md;
+    d.has_md = true;
+    y = dst;
+  } else {
+    y = m.produce(dst, md);
+  }
+  // the first activation is the primitive, the rest its post-ops
+  dnnl::eltwise_forward::primitive_desc pd(
+      m.eng, dnnl::prop_kind::forward_inference, eltwise_alg(acts[0].alg), md, md, acts[0].alpha,
+      acts[0].beta, m.attr(Acts(acts.begin() + 1, acts.end())));
+  m.add(pd, dnnl::eltwise_forward(pd), {Impl::use(DNNL_ARG_SRC, src), Impl::use(DNNL_ARG_DST, y)});
+  m.finish(dst, y);
+}
+
+void Partition::binary(int dst, int a, int b, Bin op, const Acts& acts, bool in_place) {
+  Impl& m = *impl_;
+  const memory::desc md = m.md_of(a);
+  int y;
+  if (in_place) {
+    Val& d = m.val(dst);
+    d.alias = a;
+    d.md = md;
+    d.has_md = true;
+    y = dst;
+  } else {
+    y = m.produce(dst, md);
+  }
+  dnnl::binary::primitive_desc pd(m.eng, binary_alg(op), md, m.md_of(b), md, m.attr(acts));
+  m.add(pd, dnnl::binary(pd), {Impl::use(DNNL_ARG_SRC_0, a), Impl::use(DNNL_ARG_SRC_1, b),
+                               Impl::use(DNNL_ARG_DST, y)});
+  m.finish(dst, y);
+}
+
+void Partition::batch_norm(int dst, int src, int scale, int bias, int mean, int var,
+                           float epsilon, const Acts& acts) {
+  Impl& m = *impl_;
+  const memory::desc md = m.md_of(src);
+  auto flags = dnnl::normalization_flags::use_global_stats | dnnl::normalization_flags::use_scale |
+               dnnl::normalization_flags::use_shift;
+  dnnl::batch_normalization_forward::primitive_desc pd(
+      m.eng, dnnl::prop_kind::forward_inference, md, md, epsilon, flags, m.attr(acts));
+  int y = m.produce(dst, md);
+  m.add(pd, dnnl::batch_normalization_forward(pd),
+        {Impl::use(DNNL_ARG_SRC, src), Impl::use(DNNL_ARG_SCALE, scale),
+         Impl::use(DNNL_ARG_SHIFT, bias), Impl::use(DNNL_ARG_MEAN, mean),
+         Impl::use(DNNL_ARG_VARIANCE, var), Impl::use(DNNL_ARG_DST, y)});
+  m.finish(dst, y);
+}
+
+void Partition::linear(int dst, int a, int w, int bias, const Acts& acts) {
+  Impl& m = *impl_;
+  const Dims& wshape = m.val(w).shape;   // [K, N]
+  const Dims& xshape = m.val(a).shape;
+  int64_t k = wshape[0], n = wshape[1];
+  int64_t rows = std::accumulate(xshape.begin(), xshape.end() - 1, int64_t(1), std::multiplies<>());
+  memory::desc x_md = plain({rows, k}), y_md = plain({rows, n});
+  memory::desc b_md = bias >= 0 ? plain({1, n}) : memory::desc();
+  dnnl::matmul::primitive_desc pd(m.eng, x_md, any({k, n}), b_md, y_md, m.attr(acts));
+  int x = m.ensure(a, plain(xshape));
+  int y = m.produce(dst, plain(m.val(dst).shape));
+  std::vector<Arg> args{Impl::view(DNNL_ARG_SRC, x, x_md),
+                        Impl::owned(DNNL_ARG_WEIGHTS, m.constant_as(w, pd.weights_desc())),
+                        Impl::view(DNNL_ARG_DST, y, y_md)};
+  if (bias >= 0) args.push_back(Impl::owned(DNNL_ARG_BIAS, m.constant_as(bias, b_md)));
+  m.add(pd, dnnl::matmul(pd), std::move(args));
+  m.finish(dst, y);
+}
+
+void Partition::matmul(int dst, int a, int b, int c, bool trans_a, bool trans_b, float alpha,
+                       const Acts& acts) {
+  Impl& m = *impl_;
+  auto operand = [&](int id, bool transposed) {
+    memory::desc md = plain(m.val(id).shape);
+    if (!transposed) return md;
+    std::vector<int> perm(md.get_ndims());
+    std::iota(perm.begin(), perm.end(), 0);
+    std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
+    return md.permute_axes(perm);
+  };
+  int x = m.ensure(a, plain(m.val(a).shape)), wv = m.ensure(b, plain(m.val(b).shape));
+  memory::desc a_md = operand(x, trans_a), b_md = operand(wv, trans_b);
+  Acts post;
+  if (alpha != 1.f) post.push_back(Act{Alg::Linear, alpha, 0.f});
+  std::vector<memory::desc> adds;
+  int cv = -1;
+  if (c >= 0) {
+    cv = m.ensure(c, plain(m.val(c).shape));
+    adds.push_back(plain(m.val(c).shape));
+  }
+  // the scale applies before the bias: act(alpha·ab + c) as [linear, add, act...] post-ops
+  dnnl::primitive_attr at;
+  at.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  dnnl::post_ops po;
+  for (const auto& p : post) po.append_eltwise(eltwise_alg(p.alg), p.alpha, p.beta);
+  for (const auto& md : adds) po.append_binary(dnnl::algorithm::binary_add, md);
+  for (const auto& act : acts)
+    if (act.alg != Alg::None) po.append_eltwise(eltwise_alg(act.alg), act.alpha, act.beta);
+  at.set_post_ops(po);
+  memory::desc y_md = plain(m.val(dst).shape);
+  dnnl::matmul::primitive_desc pd(m.eng, a_md, b_md, y_md, at);
+  int y = m.produce(dst, y_md);
+  std::vector<Arg> args{Impl::view(DNNL_ARG_SRC, x, a_md), Impl::view(DNNL_ARG_WEIGHTS, wv, b_md),
+                        Impl::use(DNNL_ARG_DST, y)};
+  if (cv >= 0)
+    args.push_back(Impl::use(DNNL_ARG_ATTR_MULTIPLE_POST_OP(int(post.size())) | DNNL_ARG_SRC_1, cv));
+  m.add(pd, dnnl::matmul(pd), std::move(args));
+  m.finish(dst, y);
+}
+
+void Partition::concat(int dst, const std::vector<int>& srcs, int axis) {
+  Impl& m = *impl_;
+  std::vector<memory::desc> mds;
+  for (int s : srcs) mds.push_back(m.md_of(s));
+  dnnl::concat::primitive_desc pd(m.eng, any(m.val(dst).shape), axis, mds, Impl::reorder_attr());
+  int y = m.produce(dst, pd.dst_desc());
+  std::vector<Arg> args{Impl::use(DNNL_ARG_DST, y)};
+  for (size_t i = 0; i < srcs.size(); ++i)
+    args.push_back(Impl::use(DNNL_ARG_MULTIPLE_SRC + int(i), srcs[i]));
+  m.add(pd, dnnl::concat(pd), std::move(args));
+  m.finish(dst, y);
+}
+
+void Partition::softmax(int dst, int src, int axis, bool log) {
+  Impl& m = *impl_;
+  const memory::desc md = m.md_of(src);
+  dnnl::softmax_forward::primitive_desc pd(
+      m.eng, dnnl::prop_kind::forward_inference,
+      log ? dnnl::algorithm::softmax_log : dnnl::algorithm::softmax_accurate, md, md, axis,
+      m.attr({}));
+  int y = m.produce(dst, md);
+  m.add(pd, dnnl::softmax_forward(pd), {Impl::use(DNNL_ARG_SRC, src), Impl::use(DNNL_ARG_DST, y)});
+  m.finish(dst, y);
+}
+
+void Partition::layer_norm(int dst, int src, int scale, int bias, int residual, int axis,
+                           float epsilon) {
+  Impl& m = *impl_;
+  const Dims& shape = m.val(src).shape;
+  int64_t rows = std::accumulate(shape.begin(), shape.begin() + axis, int64_t(1), std::multiplies<>());
+  int64_t cols = std::accumulate(shape.begin() + axis, shape.end(), int64_t(1), std::multiplies<>());
+  memory::desc md2 = plain({rows, cols});
+  int x = m.ensure(src, plain(shape));
+  if (residual >= 0) {   // x + residual first, into a temporary
+    int r = m.ensure(residual, plain(m.val(residual).shape));
+    int sum = m.temp(plain(shape));
+    dnnl::binary::primitive_desc add(m.eng, dnnl::algorithm::binary_add, plain(shape),
+                                     m.md_of(r), plain(shape), m.attr({}));
+    m.add(add, dnnl::binary(add), {Impl::use(DNNL_ARG_SRC_0, x), Impl::use(DNNL_ARG_SRC_1, r),
+                                   Impl::use(DNNL_ARG_DST, sum)});
+    x = sum;
+  }
+  auto flags = dnnl::normalization_flags::none;
+  if (scale >= 0) flags = flags | dnnl::normalization_flags::use_scale;
+  if (bias >= 0) flags = flags | dnnl::normalization_flags::use_shift;
+  dnnl::layer_normalization_forward::primitive_desc pd(
+      m.eng, dnnl::prop_kind::forward_inference, md2, md2, epsilon, flags, m.attr({}));
+  int y = m.produce(dst, plain(m.val(dst).shape));
+  std::vector<Arg> args{Impl::view(DNNL_ARG_SRC, x, md2), Impl::view(DNNL_ARG_DST, y, md2)};
+  if (scale >= 0) args.push_back(Impl::owned(DNNL_ARG_SCALE, m.constant_as(scale, plain({cols}))));
+  if (bias >= 0) args.push_back(Impl::owned(DNNL_ARG_SHIFT, m.constant_as(bias, plain({cols}))));
+  m.add(pd, dnnl::layer_normalization_forward(pd), std::move(args));
+  m.finish(dst, y);
+}
+
+void Partition::transpose(int dst, int src, const std::vector<int>& perm) {
+  Impl& m = *impl_;
+  // output axis i is input axis perm[i]: oneDNN's permute_axes wants where each input axis goes
+  std::vector<int> where(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) where[perm[i]] = int(i);
+  int x = m.ensure(src, plain(m.val(src).shape));
+  memory::desc seen = plain(m.val(src).shape).permute_axes(where);
+  int y = m.produce(dst, plain(m.val(dst).shape));
+  m.reorder(x, seen, y, plain(m.val(dst).shape));
+  m.finish(dst, y);
+}
+
+void Partition::reshape(int dst, int src) {
+  Impl& m = *impl_;
+  Val& d = m.val(dst);
+  if (m.md_of(src) != plain(m.val(src).shape)) m.fail("a reshape needs a plain input");
+  if (d.kind == Kind::Output) {   // the caller's buffer: copy the bytes
+    m.reorder(src, plain(d.shape), dst, plain(d.shape));
+    d.md = plain(d.shape);
+    d.has_md = true;
+    return;
+  }
+  d.alias = src;
+  d.md = plain(d.shape);
+  d.has_md = true;
+}
+
+void Partition::attention(int dst, int q, int k, int v, int mask, float scale) {
+  Impl& m = *impl_;
+  const Dims& qs = m.val(q).shape;
+  const Dims& ks = m.val(k).shape;
+  Dims scores = qs;
+  scores.back() = ks[ks.size() - 2];
+  int qv = m.ensure(q, plain(qs)), kv = m.ensure(k, plain(ks)), vv = m.ensure(v, plain(m.val(v).shape));
+  std::vector<int> perm(ks.size());
+  std::iota(perm.begin(), perm.end(), 0);
+  std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
+  memory::desc kt = plain(ks).permute_axes(perm);
+  int s = m.temp(plain(scores));
+  dnnl::primitive_attr at;
+  at.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  dnnl::post_ops po;
+  po.append_eltwise(dnnl::algorithm::eltwise_linear, scale, 0.f);
+  int mv = -1;
+  if (mask >= 0) {
+    mv = m.ensure(mask, plain(m.val(mask).shape));
+    po.append_binary(dnnl::algorithm::binary_add, plain(m.val(mask).shape));
+  }
+  at.set_post_ops(po);
+  dnnl::matmul::primitive_desc qk(m.eng, plain(qs), kt, plain(scores), at);
+  std::vector<Arg> args{Impl::use(DNNL_ARG_SRC, qv), Impl::view(DNNL_ARG_WEIGHTS, kv, kt),
+                        Impl::use(DNNL_ARG_DST, s)};
+  if (mv >= 0) args.push_back(Impl::use(DNNL_ARG_ATTR_MULTIPLE_POST_OP(1) | DNNL_ARG_SRC_1, mv));
+  m.add(qk, dnnl::matmul(qk), std::move(args));
+  int p = m.temp(plain(scores));
+  dnnl::softmax_forward::primitive_desc sm(m.eng, dnnl::prop_kind::forward_inference,
+                                           dnnl::algorithm::softmax_accurate, plain(scores),
+                                           plain(scores), int(scores.size()) - 1, m.attr({}));
+  m.add(sm, dnnl::softmax_forward(sm), {Impl::use(DNNL_ARG_SRC, s), Impl::use(DNNL_ARG_DST, p)});
+  memory::desc out = plain(m.val(dst).shape);
+  dnnl::matmul::primitive_desc pv(m.eng, plain(scores), plain(m.val(v).shape), out, m.attr({}));
+  int y = m.produce(dst, out);
+  m.add(pv, dnnl::matmul(pv), {Impl::use(DNNL_ARG_SRC, p), Impl::use(DNNL_ARG_WEIGHTS, vv),
+                               Impl::use(DNNL_ARG_DST, y)});
+  m.finish(dst, y);
+}
+
+void Partition::finalize() { impl_->finalize(); }
+void Partition::run(void* const* inputs, void* const* outputs) { impl_->run(inputs, outputs); }
+size_t Partition::arena_bytes() const { return impl_->arena_size; }
+std::string Partition::current_node() const { return impl_->node; }
+
+extern "C" {
+
+Partition* af_build(BuildFn fn, const void* const* constants) {
+  Partition* p = nullptr;
+  try {
+    p = new Partition(constants);
+    fn(*p);
+    p->finalize();
+    return p;
+  } catch (const dnnl::error& e) {   // oneDNN's own errors do not say where
+    last_error = "node '" + (p ? p->current_node() : std::string("?")) + "': " + e.what();
+  } catch (const std::exception& e) {
+    last_error = e.what();
+  }
+  delete p;
+  return nullptr;
+}
+
+int af_run(Partition* p, void* const* inputs, void* const* outputs) {
+  try {
+    p->run(inputs, outputs);
+    return 0;
+  } catch (const std::exception& e) {
+    last_error = e.what();
+    return 1;
+  }
+}
+
+void af_free(Partition* p) { delete p; }
+const char* af_error() { return last_error.c_str(); }
+size_t af_arena_bytes(Partition* p) { return p->arena_bytes(); }
+
+const char* af_version() {
+  static std::string v = [] {
+    const dnnl_version_t* d = dnnl_version();
+    return "oneDNN " + std::to_string(d->major) + "." + std::to_string(d->minor) + "." +
+           std::to_string(d->patch);
+  }();
+  return v.c_str();
+}
+}
+
+}  // namespace af
