@@ -24,6 +24,7 @@ from ...errors import AutofusionError
 
 RUNTIME_DIR = Path(__file__).parent / "runtime"
 FLAGS = ("-O3", "-march=native", "-std=c++17", "-fopenmp", "-fPIC", "-shared")
+MODEL_FLAGS = ("-O1", "-std=c++17", "-fPIC", "-shared")   # straight-line calls: no loops to optimise
 
 
 class NativeBuildError(AutofusionError):
@@ -40,7 +41,8 @@ class Toolchain:
 
     def key(self, *sources: str) -> str:
         h = hashlib.sha256()
-        for part in (self.compiler, self.version, " ".join(FLAGS), self.onednn, _cpu(), *sources):
+        for part in (self.compiler, self.version, " ".join(FLAGS + MODEL_FLAGS), self.onednn, _cpu(),
+                     *sources):
             h.update(part.encode())
             h.update(b"\0")
         return h.hexdigest()[:20]
@@ -104,7 +106,7 @@ def runtime_library(tc: Toolchain) -> Path:
     """The runtime library, built on first use."""
     sources = [(RUNTIME_DIR / n).read_text() for n in ("native.h", "runtime.cpp")]
     out = cache_dir() / f"libafrt-{tc.key(*sources)}.so"
-    return _build(tc, out, RUNTIME_DIR / "runtime.cpp",
+    return _build(tc, out, RUNTIME_DIR / "runtime.cpp", FLAGS,
                   [f"-I{RUNTIME_DIR}", f"-I{tc.include}", f"-L{tc.lib}", _link_name(tc.lib),
                    f"-Wl,-rpath,{tc.lib}"])
 
@@ -117,10 +119,10 @@ def model_library(tc: Toolchain, source: str) -> Path:
     out = src.with_suffix(".so")
     if not out.exists():
         _write_atomic(src, source)
-    return _build(tc, out, src, [f"-I{RUNTIME_DIR}", str(runtime), f"-Wl,-rpath,{runtime.parent}"])
+    return _build(tc, out, src, MODEL_FLAGS, [f"-I{RUNTIME_DIR}", str(runtime), f"-Wl,-rpath,{runtime.parent}"])
 
 
-def _build(tc: Toolchain, out: Path, src: Path, extra: list[str]) -> Path:
+def _build(tc: Toolchain, out: Path, src: Path, flags: tuple[str, ...], extra: list[str]) -> Path:
     if out.exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -129,7 +131,7 @@ def _build(tc: Toolchain, out: Path, src: Path, extra: list[str]) -> Path:
         if out.exists():
             return out
         tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-        cmd = [tc.compiler, *FLAGS, str(src), "-o", str(tmp), *extra]
+        cmd = [tc.compiler, *flags, str(src), "-o", str(tmp), *extra]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
             tmp.unlink(missing_ok=True)

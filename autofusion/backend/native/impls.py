@@ -185,9 +185,9 @@ def _clip_bounds(node: Node) -> tuple[float, float] | None:
     bounds = []
     for i, default in ((1, -math.inf), (2, math.inf)):
         v = node.input(i)
-        if v is not None and v.const is None:
+        if v is not None and (v.const is None or v.const.size != 1):
             return None
-        bounds.append(default if v is None else float(v.const))
+        bounds.append(default if v is None else float(v.const.reshape(-1)[0]))
     return bounds[0], bounds[1]
 
 
@@ -204,7 +204,6 @@ UNARY: dict[str, Callable[[Node], list[tuple[str, float, float]]]] = {
     "Elu": lambda n: [("Elu", n.attr("alpha", 1.0), 0.0)],
     "HardSigmoid": lambda n: [("HardSigmoid", n.attr("alpha", 0.2), n.attr("beta", 0.5))],
     "HardSwish": lambda n: [("HardSwish", 1 / 6, 0.5)],
-    "Softplus": lambda n: [("SoftRelu", 1.0, 0.0)],
     "Mish": lambda n: [("Mish", 0.0, 0.0)],
     "Clip": lambda n: [("Clip", *_clip_bounds(n))],
     "Gelu": lambda n: [("GeluTanh" if n.attr("approximate", "none") == "tanh" else "GeluErf", 0.0, 0.0)],

@@ -1,0 +1,369 @@
+"""Every native implementation: numerics against its torch implementation on fresh random
+inputs, and the check refusing what it cannot run, with its reason.
+
+Bound: max |native − torch| ≤ 1e-5 · max(1, max |torch|); oneDNN and PyTorch round fp32
+reductions in different orders, and oneDNN's transcendental eltwise kernels are within a few
+ulp.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import autofusion
+from autofusion.backend.impl import implementations
+from autofusion.backend.native import unavailable
+from autofusion.ir import DType, Graph, GraphBuilder
+from autofusion.ir.fused_ops import activation_attrs
+
+pytestmark = pytest.mark.skipif(unavailable() is not None, reason=f"native backend: {unavailable()}")
+
+RNG = np.random.default_rng(7)
+
+
+def graph(inputs: dict[str, tuple], build) -> Graph:
+    """A level-0 graph: float32 inputs of these shapes, `build(op, *inputs)` its outputs with
+    their shapes [(value, shape), ...] (fused ops have no shape rule to give them)."""
+    g = Graph("case", {"": 21})
+    xs = [g.add_input(n, s, DType.FLOAT) for n, s in inputs.items()]
+    outs = build(GraphBuilder(g), *xs)
+    for v, shape in outs:
+        v.shape, v.dtype = tuple(shape), DType.FLOAT
+    g.outputs = [v for v, _ in outs]
+    return g
+
+
+def const(op, *shape, positive=False):
+    a = RNG.standard_normal(shape).astype(np.float32)
+    return op.constant(np.abs(a) + 0.5 if positive else a, "w")
+
+
+def check_native(g: Graph, feeds: dict[str, np.ndarray] | None = None, bound: float = 1e-5):
+    """The graph runs fully native and equals the torch backend."""
+    feeds = feeds or {v.name: RNG.standard_normal(v.shape).astype(np.float32) for v in g.inputs}
+    native = autofusion.compile(g, level=0, backend="native")
+    reasons = {d.node.name: d.refused for d in native.plan.decisions.values()
+               if d.impl.target != "native"}
+    assert not reasons, reasons
+    torch_model = autofusion.compile(g, level=0, backend="torch")
+    got, want = native.run(feeds), torch_model.run(feeds)
+    for name in want:
+        scale = max(1.0, float(np.abs(want[name]).max()))
+        err = float(np.abs(got[name] - want[name]).max())
+        assert err <= bound * scale, f"{name}: {err} > {bound} * {scale}"
+    return native
+
+
+def refusal(g: Graph, node_name: str | None = None) -> str:
+    """The native check's reason for the graph's (first) node."""
+    node = g.nodes[0] if node_name is None else next(n for n in g.nodes if n.name == node_name)
+    (impl,) = implementations(node.op, "native")
+    why = impl.check(node)
+    assert why is not None
+    return why
+
+
+# ---- convolution -----------------------------------------------------------------------------
+
+CONVS = {   # name: (input shape, weight shape, attrs, output shape)
+    "3x3": ((1, 8, 12, 12), (16, 8, 3, 3), dict(pads=[1, 1, 1, 1]), (1, 16, 12, 12)),
+    "strided": ((1, 8, 13, 13), (16, 8, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), (1, 16, 7, 7)),
+    "dilated": ((1, 8, 12, 12), (8, 8, 3, 3), dict(dilations=[2, 2], pads=[2, 2, 2, 2]), (1, 8, 12, 12)),
+    "grouped": ((1, 8, 10, 10), (16, 4, 3, 3), dict(group=2, pads=[1, 1, 1, 1]), (1, 16, 10, 10)),
+    "depthwise": ((1, 16, 10, 10), (16, 1, 3, 3), dict(group=16, pads=[1, 1, 1, 1]), (1, 16, 10, 10)),
+    "asymmetric": ((1, 4, 9, 9), (8, 4, 3, 3), dict(pads=[0, 1, 2, 1], strides=[2, 2]), (1, 8, 5, 5)),
+    "1x1": ((2, 24, 7, 7), (40, 24, 1, 1), {}, (2, 40, 7, 7)),
+    "1-D": ((1, 6, 20), (8, 6, 5), dict(pads=[2, 2]), (1, 8, 20)),
+    "3-D": ((1, 4, 6, 6, 6), (8, 4, 3, 3, 3), dict(pads=[1] * 6), (1, 8, 6, 6, 6)),
+}
+
+
+@pytest.mark.parametrize("case", CONVS)
+def test_conv(case):
+    xs, ws, attrs, ys = CONVS[case]
+    check_native(graph({"x": xs}, lambda op, x: [
+        (op.Conv(x, const(op, *ws), const(op, ws[0]), **attrs), ys)]))
+
+
+ACTS = {"Relu": {}, "LeakyRelu": {"alpha": 0.1}, "Clip": {"min": 0.0, "max": 6.0},
+        "ClipAbove": {"max": 0.5}, "Sigmoid": {}, "Tanh": {}, "HardSigmoid": {"alpha": 0.25},
+        "HardSwish": {}, "Elu": {"alpha": 0.7}, "SiLU": {}, "Gelu": {}, "GeluTanh": {}}
+
+
+@pytest.mark.parametrize("act", ACTS)
+@pytest.mark.parametrize("residual", [False, True])
+def test_fused_conv_epilogues(act, residual):
+    attrs = activation_attrs("Clip" if act == "ClipAbove" else act, **ACTS[act])
+    check_native(graph({"x": (1, 8, 10, 10), "z": (1, 16, 10, 10)}, lambda op, x, z: [
+        (op.FusedConv(x, const(op, 16, 8, 3, 3), const(op, 16), z if residual else None,
+                      pads=[1, 1, 1, 1], **attrs), (1, 16, 10, 10))]))
+
+
+def test_a_chain_of_convolutions_keeps_oneDNN_layouts_between_them():
+    def build(op, x):
+        y = x
+        for i in range(3):
+            y = op.FusedConv(y, const(op, 16, 16, 3, 3), const(op, 16), pads=[1, 1, 1, 1],
+                             **activation_attrs("Relu"))
+            y.shape, y.dtype = (1, 16, 8, 8), DType.FLOAT
+        return [(y, (1, 16, 8, 8))]
+    model = check_native(graph({"x": (1, 16, 8, 8)}, build))
+    part = model.plan.partitions[0]
+    assert [vp.layout for vp in part.values.values()] == ["any", "any"]
+
+
+def test_conv_refuses_a_weight_computed_at_run_time():
+    g = graph({"x": (1, 4, 6, 6), "w": (4, 4, 3, 3)}, lambda op, x, w: [(op.Conv(x, w), (1, 4, 4, 4))])
+    assert "weight is computed at run time" in refusal(g)
+
+
+def test_conv_refuses_a_symbolic_batch():
+    g = graph({"x": ("n", 4, 6, 6)}, lambda op, x: [(op.Conv(x, const(op, 4, 4, 3, 3)), ("n", 4, 4, 4))])
+    g.outputs[0].shape = ("n", 4, 4, 4)
+    assert "static shapes" in refusal(g)
+
+
+# ---- pooling ---------------------------------------------------------------------------------
+
+POOLS = {
+    "max 3x3 s2": ("MaxPool", (1, 8, 11, 11), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4), (1, 8, 6, 6)),
+    "max ceil": ("MaxPool", (1, 4, 10, 10), dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1), (1, 4, 5, 5)),
+    "max dilated": ("MaxPool", (1, 4, 10, 10), dict(kernel_shape=[2, 2], dilations=[2, 2]), (1, 4, 8, 8)),
+    "avg exclude pad": ("AveragePool", (1, 4, 9, 9), dict(kernel_shape=[3, 3], pads=[1] * 4), (1, 4, 9, 9)),
+    "avg include pad": ("AveragePool", (1, 4, 9, 9), dict(kernel_shape=[3, 3], pads=[1] * 4,
+                                                           count_include_pad=1), (1, 4, 9, 9)),
+    "avg ceil": ("AveragePool", (1, 4, 10, 10), dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1), (1, 4, 5, 5)),
+    "global avg": ("GlobalAveragePool", (2, 8, 7, 7), {}, (2, 8, 1, 1)),
+    "global max": ("GlobalMaxPool", (1, 8, 5, 5), {}, (1, 8, 1, 1)),
+}
+
+
+@pytest.mark.parametrize("case", POOLS)
+def test_pool(case):
+    op_type, xs, attrs, ys = POOLS[case]
+    check_native(graph({"x": xs}, lambda op, x: [(getattr(op, op_type)(x, **attrs), ys)]))
+
+
+def test_average_pool_refuses_to_count_ceil_mode_padding():
+    g = graph({"x": (1, 4, 10, 10)}, lambda op, x: [(op.AveragePool(
+        x, kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1, count_include_pad=1), (1, 4, 5, 5))])
+    assert "ceil_mode" in refusal(g)
+
+
+# ---- elementwise -----------------------------------------------------------------------------
+
+UNARY = {"Relu": {}, "LeakyRelu": {"alpha": 0.2}, "Sigmoid": {}, "Tanh": {}, "Exp": {}, "Abs": {},
+         "Neg": {}, "Elu": {"alpha": 0.5}, "HardSigmoid": {"alpha": 0.3, "beta": 0.4},
+         "HardSwish": {}, "Mish": {}}
+
+
+@pytest.mark.parametrize("op_type", UNARY)
+def test_unary(op_type):
+    check_native(graph({"x": (2, 3, 17)}, lambda op, x: [(getattr(op, op_type)(x, **UNARY[op_type]), (2, 3, 17))]))
+
+
+@pytest.mark.parametrize("op_type", ["Log", "Sqrt"])
+def test_unary_of_positive_inputs(op_type):
+    g = graph({"x": (4, 33)}, lambda op, x: [(getattr(op, op_type)(x), (4, 33))])
+    check_native(g, {"x": RNG.uniform(0.1, 5, (4, 33)).astype(np.float32)})
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu(approximate):
+    check_native(graph({"x": (3, 40)}, lambda op, x: [(op.Gelu(x, _domain="", approximate=approximate), (3, 40)),
+                                                      (op.Gelu(x, approximate=approximate), (3, 40))]))
+
+
+@pytest.mark.parametrize("bounds", [(0.0, 6.0), (None, 0.5), (-0.5, None)])
+def test_clip(bounds):
+    def build(op, x):
+        lo, hi = (None if b is None else op.constant(np.array(b, np.float32), "b") for b in bounds)
+        return [(op.Clip(x, lo, hi), (5, 9))]
+    check_native(graph({"x": (5, 9)}, build))
+
+
+def test_clip_refuses_bounds_computed_at_run_time():
+    g = graph({"x": (5, 9), "lo": (1,)}, lambda op, x, lo: [(op.Clip(x, op.Squeeze(lo)), (5, 9))])
+    assert "computed at run time" in refusal(g, g.nodes[1].name)
+
+
+def test_an_activation_chain_runs_in_place():
+    def build(op, x):
+        y = op.Relu(op.Conv(x, const(op, 8, 8, 1, 1)))
+        y.producer.inputs[0].shape, y.producer.inputs[0].dtype = (1, 8, 6, 6), DType.FLOAT
+        return [(op.Sigmoid(op.Exp(op.Tanh(y))), (1, 8, 6, 6))]
+    model = check_native(graph({"x": (1, 8, 6, 6)}, build))
+    in_place = [v.name for v, vp in model.plan.partitions[0].values.items() if vp.in_place_of is not None]
+    assert in_place == ["Relu_out0", "Tanh_out0", "Exp_out0"]   # Sigmoid writes the output
+
+
+BINARY_SHAPES = {"same": ((2, 8, 5, 5), (2, 8, 5, 5)), "per channel": ((2, 8, 5, 5), (1, 8, 1, 1)),
+                 "lower rank": ((2, 8, 5, 5), (5,)), "scalar": ((3, 7), ())}
+
+
+@pytest.mark.parametrize("op_type", ["Add", "Sub", "Mul", "Div", "Max", "Min"])
+@pytest.mark.parametrize("shapes", BINARY_SHAPES)
+def test_binary_with_a_constant(op_type, shapes):
+    a, b = BINARY_SHAPES[shapes]
+    check_native(graph({"x": a}, lambda op, x: [(getattr(op, op_type)(x, const(op, *b, positive=True)), a)]))
+
+
+@pytest.mark.parametrize("op_type", ["Add", "Mul", "Sub", "Div"])
+def test_binary_of_two_inputs(op_type):
+    check_native(graph({"x": (1, 16, 4, 4), "y": (1, 16, 1, 1)}, lambda op, x, y: [
+        (getattr(op, op_type)(x, y), (1, 16, 4, 4))]))
+
+
+def test_binary_takes_the_broadcast_operand_second_when_it_may():
+    check_native(graph({"x": (1, 16, 1, 1), "y": (1, 16, 4, 4)}, lambda op, x, y: [(op.Mul(x, y), (1, 16, 4, 4))]))
+
+
+def test_binary_refuses_a_broadcast_first_operand_of_sub():
+    g = graph({"x": (1, 16, 1, 1), "y": (1, 16, 4, 4)}, lambda op, x, y: [(op.Sub(x, y), (1, 16, 4, 4))])
+    assert "first operand broadcasts" in refusal(g)
+
+
+def test_binary_refuses_int64():
+    g = Graph("case", {"": 21})
+    x, y = g.add_input("x", (3,), DType.INT64), g.add_input("y", (3,), DType.INT64)
+    g.outputs = [GraphBuilder(g).Add(x, y)]
+    assert "int64" in refusal(g)
+
+
+def test_batch_norm():
+    check_native(graph({"x": (2, 6, 5, 5)}, lambda op, x: [(op.BatchNormalization(
+        x, const(op, 6), const(op, 6), const(op, 6), const(op, 6, positive=True), epsilon=1e-3),
+        (2, 6, 5, 5))]))
+
+
+# ---- reshapes, concat, transpose, softmax ----------------------------------------------------
+
+def test_views_of_a_convolution_read_it_dense():
+    def build(op, x):
+        c = op.Conv(x, const(op, 16, 4, 1, 1))
+        c.shape, c.dtype = (1, 16, 3, 3), DType.FLOAT
+        flat = op.Flatten(c, axis=1)
+        r = op.Reshape(c, op.constant(np.array([1, 4, 36], np.int64), "s"))
+        return [(op.Relu(flat), (1, 144)), (op.Unsqueeze(op.Squeeze(r, op.constant(
+            np.array([0], np.int64), "a")), op.constant(np.array([1], np.int64), "a")), (4, 1, 36))]
+    model = check_native(graph({"x": (1, 4, 3, 3)}, build))
+    conv_out = model.plan.partitions[0].nodes[0].outputs[0]
+    assert model.plan.partitions[0].values[conv_out].layout == "plain"
+
+
+def test_transpose_and_concat():
+    check_native(graph({"x": (2, 3, 4), "y": (2, 5, 4)}, lambda op, x, y: [
+        (op.Transpose(x, perm=[2, 0, 1]), (4, 2, 3)), (op.Concat(x, y, x, axis=1), (2, 11, 4))]))
+
+
+def test_concat_of_convolutions():
+    def build(op, x):
+        a, b = op.Conv(x, const(op, 16, 8, 1, 1)), op.Conv(x, const(op, 8, 8, 3, 3), pads=[1] * 4)
+        a.shape, b.shape, a.dtype, b.dtype = (1, 16, 6, 6), (1, 8, 6, 6), DType.FLOAT, DType.FLOAT
+        return [(op.Concat(a, b, axis=1), (1, 24, 6, 6))]
+    check_native(graph({"x": (1, 8, 6, 6)}, build))
+
+
+@pytest.mark.parametrize("axis", [-1, 1])
+@pytest.mark.parametrize("op_type", ["Softmax", "LogSoftmax"])
+def test_softmax(op_type, axis):
+    check_native(graph({"x": (2, 5, 7)}, lambda op, x: [(getattr(op, op_type)(x, axis=axis), (2, 5, 7))]))
+
+
+def test_softmax_before_opset_13_refuses_an_inner_axis():
+    g = graph({"x": (2, 5, 7)}, lambda op, x: [(op.Softmax(x, axis=1), (2, 5, 7))])
+    g.opset[""] = 11
+    assert "opset 13" in refusal(g)
+
+
+# ---- matrix products -------------------------------------------------------------------------
+
+def test_matmul_linear_and_batched():
+    check_native(graph({"x": (2, 5, 16), "y": (2, 16, 3)}, lambda op, x, y: [
+        (op.MatMul(x, const(op, 16, 24)), (2, 5, 24)), (op.MatMul(x, y), (2, 5, 3))]))
+
+
+def test_matmul_broadcasts_batch_dims():
+    check_native(graph({"x": (3, 4, 5, 8), "y": (1, 4, 8, 6)}, lambda op, x, y: [(op.MatMul(x, y), (3, 4, 5, 6))]))
+
+
+GEMMS = {"plain": ({}, (7,)), "transB alpha beta": (dict(transB=1, alpha=0.5, beta=2.0), (7,)),
+         "transA": (dict(transA=1), (1, 7)), "full C": ({}, (3, 7)), "column C": (dict(beta=0.3), (3, 1))}
+
+
+@pytest.mark.parametrize("case", GEMMS)
+def test_gemm(case):
+    attrs, c_shape = GEMMS[case]
+    a_shape = (5, 3) if attrs.get("transA") else (3, 5)
+    b_shape = (7, 5) if attrs.get("transB") else (5, 7)
+    check_native(graph({"a": a_shape}, lambda op, a: [(op.Gemm(a, const(op, *b_shape), const(op, *c_shape),
+                                                               **attrs), (3, 7))]))
+
+
+@pytest.mark.parametrize("act", ["", "Relu", "Gelu", "GeluTanh"])
+def test_fused_matmul_linear(act):
+    check_native(graph({"x": (1, 6, 32)}, lambda op, x: [(op.FusedMatMul(
+        x, const(op, 48, 32), const(op, 48), trans_b=1, alpha=0.7, beta=1.5, **activation_attrs(act)),
+        (1, 6, 48))]))
+
+
+def test_fused_matmul_of_two_inputs_with_a_bias_input():
+    check_native(graph({"a": (2, 4, 8), "b": (2, 6, 8), "c": (2, 4, 6)}, lambda op, a, b, c: [(op.FusedMatMul(
+        a, b, c, trans_b=1, alpha=0.25, **activation_attrs("Relu")), (2, 4, 6))]))
+
+
+def test_pool_gemm():
+    check_native(graph({"x": (2, 16, 5, 5)}, lambda op, x: [(op.PoolGemm(
+        x, const(op, 10, 16), const(op, 10), transB=1, alpha=0.5), (2, 10))]))
+
+
+# ---- normalization and attention -------------------------------------------------------------
+
+@pytest.mark.parametrize("residual", [False, True])
+@pytest.mark.parametrize("affine", [False, True])
+def test_layer_norm(residual, affine):
+    check_native(graph({"x": (2, 7, 32), "r": (2, 7, 32)}, lambda op, x, r: [(op.LayerNorm(
+        x, const(op, 32) if affine else None, const(op, 32) if affine else None, r if residual else None,
+        axis=-1, epsilon=1e-5), (2, 7, 32))]))
+
+
+def test_layer_norm_over_two_axes():
+    check_native(graph({"x": (3, 4, 5)}, lambda op, x: [(op.LayerNorm(x, const(op, 4, 5), axis=1), (3, 4, 5))]))
+
+
+def test_norm_matmul():
+    check_native(graph({"x": (1, 5, 24), "r": (1, 5, 24)}, lambda op, x, r: [(op.NormMatMul(
+        x, const(op, 24, 40), const(op, 40), r, norm="LayerNorm", epsilon=1e-5,
+        **activation_attrs("Gelu")), (1, 5, 40))]))
+
+
+def test_norm_matmul_refuses_rms_norm():
+    g = graph({"x": (1, 5, 24)}, lambda op, x: [(op.NormMatMul(x, const(op, 24, 40), norm="RMSNorm",
+                                                               epsilon=1e-6), (1, 5, 40))])
+    assert "RMS" in refusal(g)
+
+
+ATTENTION = {"no mask": (None, 4), "constant causal mask": ("causal", 4), "mask input": ("input", 4),
+             "multi-query": (None, 1)}
+
+
+@pytest.mark.parametrize("case", ATTENTION)
+def test_attention(case):
+    mask, kv_heads = ATTENTION[case]
+    inputs = {"q": (1, 4, 6, 8), "k": (1, kv_heads, 6, 8), "v": (1, kv_heads, 6, 8)}
+    if mask == "input":
+        inputs["m"] = (1, 1, 1, 6)
+
+    def build(op, q, k, v, m=None):
+        if mask == "causal":
+            m = op.constant(np.triu(np.full((6, 6), -np.inf, np.float32), 1), "mask")
+        return [(op.Attention(q, k, v, m, scale=1 / math.sqrt(8)), (1, 4, 6, 8))]
+    check_native(graph(inputs, build))
+
+
+def test_attention_refuses_a_run_time_mask_that_must_zero_dead_rows():
+    g = graph({"q": (1, 2, 4, 8), "k": (1, 2, 4, 8), "v": (1, 2, 4, 8), "m": (1, 1, 4, 4)},
+              lambda op, q, k, v, m: [(op.Attention(q, k, v, m, scale=0.3, nan_to_zero=1), (1, 2, 4, 8))])
+    assert "rules out" in refusal(g)
