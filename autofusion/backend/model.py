@@ -45,7 +45,7 @@ class CompiledModel:
         self.plan = lower(graph, self.backend, native.unavailable() if self.backend != "torch" else None)
         if self.backend == "native" and self.plan.native is not None:
             raise AutofusionError(f"backend 'native' cannot run here: {self.plan.native}")
-        partitions, self.native_source = native.build(self.plan, graph.name) \
+        partitions, self.native_source = native.build_partitions(self.plan, graph.name) \
             if self.plan.native is None else ({}, "")
         self.program = Program(graph, self.plan, partitions)
         self.input_names = [v.name for v in graph.inputs]

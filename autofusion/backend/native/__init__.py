@@ -21,7 +21,7 @@ def unavailable() -> str | None:
     return tc if isinstance(tc, str) else None
 
 
-def build(plan: Plan, model: str) -> tuple[dict[int, NativePartition], str]:
+def build_partitions(plan: Plan, model: str) -> tuple[dict[int, NativePartition], str]:
     """Every native partition of the plan, built and loaded; and the generated source."""
     source, bound = emit_model(plan, model)
     if not bound:
@@ -33,4 +33,4 @@ def build(plan: Plan, model: str) -> tuple[dict[int, NativePartition], str]:
     return {k: NativePartition(library, b, parts[k].nodes) for k, b in bound.items()}, source
 
 
-__all__ = ["NativeBuildError", "NativePartition", "build", "unavailable"]
+__all__ = ["NativeBuildError", "NativePartition", "build_partitions", "unavailable"]

@@ -406,8 +406,14 @@ def emit_matmul(node: Node, p: PartitionSource) -> str:
 
 
 def check_pool_gemm(node: Node) -> str | None:
-    return first(dense(node), constant(node, 1, "weight"), constant(node, 2, "bias"),
-                 None if not node.attr("transB", 0) or node.inputs[1].rank == 2 else "a 2-D weight")
+    why = first(dense(node), constant(node, 1, "weight"), constant(node, 2, "bias"),
+                None if node.inputs[1].rank == 2 else "the weight is not 2-D")
+    c = node.input(2)
+    if why or c is None:
+        return why
+    outs = node.outputs[0].shape[-1]
+    return None if c.const.size == 1 or c.const.shape[-1:] == (outs,) and c.const.size == outs else \
+        "the bias varies along the batch"
 
 
 @native(FUSED + "PoolGemm", check=check_pool_gemm)

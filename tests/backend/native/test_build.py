@@ -1,0 +1,72 @@
+"""Building native code: the on-disk cache, concurrent builds, compiler errors, no toolchain."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import autofusion
+from autofusion.backend.native import build, unavailable
+from autofusion.errors import AutofusionError
+from autofusion.ir import DType, Graph, GraphBuilder
+
+pytestmark = pytest.mark.skipif(unavailable() is not None, reason=f"native backend: {unavailable()}")
+
+
+def relu_graph(n: int = 8) -> Graph:
+    g = Graph("relu", {"": 21})
+    x = g.add_input("x", (2, n), DType.FLOAT)
+    g.outputs = [GraphBuilder(g).Relu(x)]
+    return g
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    """One fresh cache directory for the module (the runtime library builds once, ~5 s)."""
+    path = tmp_path_factory.mktemp("cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AUTOFUSION_CACHE_DIR", str(path))
+        yield path
+
+
+def test_a_second_compile_builds_nothing(cache):
+    autofusion.compile(relu_graph(), backend="native")
+    files = {p.name: p.stat().st_mtime_ns for p in cache.iterdir()}
+    assert sum(n.endswith(".so") for n in files) == 2   # the runtime and the model
+    model = autofusion.compile(relu_graph(), backend="native")
+    assert {p.name: p.stat().st_mtime_ns for p in cache.iterdir()} == files
+    np.testing.assert_array_equal(model(np.array([[-1.0] * 8, [2.0] * 8], np.float32))[1], [2.0] * 8)
+
+
+def test_two_processes_building_one_model_at_once(cache):
+    script = ("import autofusion, numpy as np\n"
+              "from autofusion.ir import DType, Graph, GraphBuilder\n"
+              "g = Graph('relu', {'': 21}); x = g.add_input('x', (3, 5), DType.FLOAT)\n"
+              "g.outputs = [GraphBuilder(g).Relu(x)]\n"
+              "m = autofusion.compile(g, backend='native')\n"
+              "assert (m(-np.ones((3, 5), np.float32)) == 0).all()\n")
+    runs = [subprocess.Popen([sys.executable, "-c", script]) for _ in range(2)]
+    assert [r.wait(timeout=120) for r in runs] == [0, 0]
+    assert not [p for p in cache.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_a_compiler_error_names_the_generated_source(cache):
+    with pytest.raises(build.NativeBuildError, match=r"model-\w+\.cpp"):
+        build.model_library(build.toolchain(), "this is not C++;")
+
+
+def test_without_a_compiler_the_torch_backend_runs_and_the_report_says_so(monkeypatch, cache):
+    monkeypatch.setenv("CXX", "/nonexistent/c++")
+    build.toolchain.cache_clear()
+    try:
+        model = autofusion.compile(relu_graph(), level=1)
+        assert model.report.backend == ("Backend: torch (native unavailable: no C++ compiler "
+                                        "(set CXX, or install g++ or clang++))")
+        assert model.report.backend in model.report.text()
+        assert (model(np.ones((2, 8), np.float32)) == 1).all()
+        with pytest.raises(AutofusionError, match="backend 'native' cannot run here"):
+            autofusion.compile(relu_graph(), backend="native")
+    finally:
+        build.toolchain.cache_clear()

@@ -1,0 +1,47 @@
+"""The generated C++ of a small model, against a reviewed snapshot (snapshots/*.cpp).
+
+Regenerate after an intended change with AUTOFUSION_UPDATE_SNAPSHOTS=1 and read the diff."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from autofusion.backend.lower import lower
+from autofusion.backend.native.emit import c_float, emit_model
+from autofusion.ir import DType, Graph, GraphBuilder
+from autofusion.ir.fused_ops import activation_attrs
+
+SNAPSHOTS = Path(__file__).parent / "snapshots"
+
+
+def small_cnn() -> Graph:
+    """conv+relu → conv+residual+relu → global pool + linear head, with a reshape in between."""
+    g = Graph("small_cnn", {"": 21})
+    x = g.add_input("x", (1, 3, 8, 8), DType.FLOAT)
+    op = GraphBuilder(g)
+    w = lambda *s: op.constant(np.zeros(s, np.float32), "w")   # noqa: E731 - values do not matter
+    a = op.FusedConv(x, w(8, 3, 3, 3), w(8), pads=[1, 1, 1, 1], **activation_attrs("Relu"))
+    b = op.FusedConv(a, w(8, 8, 3, 3), w(8), a, pads=[1, 1, 1, 1], **activation_attrs("Relu"))
+    head = op.PoolGemm(b, w(4, 8), w(4), transB=1)
+    flat = op.Flatten(b, axis=1)
+    for v, s in ((a, (1, 8, 8, 8)), (b, (1, 8, 8, 8)), (head, (1, 4)), (flat, (1, 512))):
+        v.shape, v.dtype = s, DType.FLOAT
+    g.outputs = [head, op.Sigmoid(flat)]
+    return g
+
+
+def test_generated_source_matches_the_snapshot():
+    source, bound = emit_model(lower(small_cnn(), "native"), "small_cnn")
+    path = SNAPSHOTS / "small_cnn.cpp"
+    if os.environ.get("AUTOFUSION_UPDATE_SNAPSHOTS"):
+        path.write_text(source)
+    assert source == path.read_text()
+    (part,) = bound.values()
+    assert [c.shape for c in part.constants] == [(8, 3, 3, 3), (8,), (8, 8, 3, 3), (8,), (4,), (8, 4)]
+
+
+def test_float_literals():
+    assert [c_float(x) for x in (1.0, 1 / 6, float("inf"), -float("inf"))] == \
+        ["1.0f", "0.1666666716337204f", "af::inf", "-af::inf"]
