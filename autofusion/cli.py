@@ -60,8 +60,9 @@ def _checksum(a: np.ndarray) -> str:
 
 
 def cmd_run(args) -> int:
-    import autofusion
-    model = autofusion.compile(args.model, level=args.level, disable=args.disable)
+    model = _compile(args)
+    if args.plan:
+        print(model.plan)
     feeds = _load_inputs(args.inputs) if args.inputs else random_inputs(
         model.graph, _parse_dims(args.dim), args.seed)
     outs = model.run(feeds)
@@ -84,12 +85,14 @@ def cmd_run(args) -> int:
 
 def cmd_compile(args) -> int:
     import autofusion
-    model = autofusion.compile(args.model, level=args.level, disable=args.disable)
+    model = _compile(args)
     if args.measure:
         from .measure import measure_speedup
         feeds = random_inputs(model.graph, _parse_dims(args.dim), args.seed)
-        model.report.measured = measure_speedup(autofusion.compile(args.model, level=0), model, feeds)
+        model.report.measured = measure_speedup(_compile(args, level=0), model, feeds)
     print(model.report.text())
+    if args.plan:
+        print(model.plan)
     if args.output:
         autofusion.export_onnx(model.graph, args.output)
         print(f"wrote {args.output}")
@@ -170,6 +173,19 @@ def _fusion_flags(p: argparse.ArgumentParser) -> None:
                    help="fusion level: 0 none, 1 basic, 2 all (default: $AUTOFUSION_LEVEL or 2)")
     p.add_argument("--disable", default=None, metavar="A,B",
                    help="fused-op names to leave unfused (default: $AUTOFUSION_DISABLE)")
+    p.add_argument("--backend", choices=("auto", "native", "torch"), default=None,
+                   help="what runs the fused graph: native C++ over oneDNN where it can (auto, the "
+                        "default: $AUTOFUSION_BACKEND), native or an error, or PyTorch kernels only")
+    p.add_argument("--threads", type=int, default=None,
+                   help="threads for every kernel (default: as PyTorch has it, the usable cores)")
+    p.add_argument("--plan", action="store_true",
+                   help="print the plan: each node's implementation and why, partitions, layouts")
+
+
+def _compile(args, level=None):
+    import autofusion
+    return autofusion.compile(args.model, level=args.level if level is None else level,
+                              disable=args.disable, backend=args.backend, threads=args.threads)
 
 
 def build_parser() -> argparse.ArgumentParser:

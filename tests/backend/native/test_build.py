@@ -61,7 +61,7 @@ def test_without_a_compiler_the_torch_backend_runs_and_the_report_says_so(monkey
     monkeypatch.setenv("CXX", "/nonexistent/c++")
     build.toolchain.cache_clear()
     try:
-        model = autofusion.compile(relu_graph(), level=1)
+        model = autofusion.compile(relu_graph(), level=1, backend="auto")
         assert model.report.backend == ("Backend: torch (native unavailable: no C++ compiler "
                                         "(set CXX, or install g++ or clang++))")
         assert model.report.backend in model.report.text()
