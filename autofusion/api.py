@@ -8,8 +8,9 @@ from typing import Iterable
 import onnx
 
 from .backend import CompiledModel, check_supported, evaluate_node
+from .controls import resolve_backend, resolve_controls
 from .frontend import import_onnx
-from .fusion import optimize, resolve_controls
+from .fusion import optimize
 from .ir import Graph
 
 Model = str | os.PathLike | onnx.ModelProto | Graph
@@ -35,6 +36,7 @@ def compile(model: Model, level: int | None = None,  # noqa: A001 - mirrors torc
     AUTOFUSION_BACKEND. threads: the OpenMP threads every kernel uses (default: as torch has it).
     """
     level, disable = resolve_controls(level, disable)
+    backend = resolve_backend(backend)
     graph = load(model)
     name = Path(model).name if isinstance(model, (str, os.PathLike)) else graph.name
     report = optimize(graph, level, disable, evaluate_node, model_name=name)

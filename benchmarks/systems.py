@@ -147,7 +147,10 @@ class OpenVino(System):
         self.compiled = ov.Core().compile_model(self.case.onnx_path, "CPU", config)
         self.request = self.compiled.create_infer_request()
         feeds = self.case.numpy_inputs()
-        self.feeds = {i.any_name: feeds[i.any_name] for i in self.compiled.inputs}
+        # a port has every name of its tensor (GPT-2's input_ids is also '/model/Reshape_output_0'
+        # once OpenVINO folds the reshape), so feed by position, matched through any of them
+        self.feeds = {k: feeds[next(n for n in port.get_names() if n in feeds)]
+                      for k, port in enumerate(self.compiled.inputs)}
 
     def run(self):
         # outputs copied out of the request (share_outputs off): fresh arrays, as ORT returns

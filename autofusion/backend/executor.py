@@ -34,9 +34,10 @@ class Program:
     """The generated function for one graph and its plan: one line per torch node, one per
     native partition; with its source and the line → node map for errors."""
 
-    def __init__(self, graph: Graph, plan: Plan, native: Mapping[int, Callable] = {}):
+    def __init__(self, graph: Graph, plan: Plan, native: Mapping[int, Callable] = {},
+                 native_source: str = ""):
         check_supported(graph)
-        self.graph, self.plan = graph, plan
+        self.graph, self.plan, self.native_source = graph, plan, native_source
         self.source, namespace, self.line_nodes = self._generate(graph, plan, native)
         filename = f"<autofusion:{graph.name}:{id(self)}>"
         linecache.cache[filename] = (len(self.source), None, self.source.splitlines(True), filename)

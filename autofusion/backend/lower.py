@@ -19,7 +19,8 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 
-from ..ir import Graph, Node, Value
+from ..errors import AutofusionError, KernelBuildError
+from ..ir import FUSED_DOMAIN, Graph, Node, Value
 from .impl import Impl, implementations
 
 BACKENDS = ("auto", "native", "torch")
@@ -94,7 +95,7 @@ class Plan:
 def lower(graph: Graph, backend: str = "auto", native_unavailable: str | None = None) -> Plan:
     """The plan for a graph. native_unavailable: why native code cannot run here, if it cannot."""
     if backend not in BACKENDS:
-        raise ValueError(f"backend {backend!r}: choose one of {', '.join(BACKENDS)}")
+        raise AutofusionError(f"backend {backend!r}: choose one of {', '.join(BACKENDS)}")
     targets = ("torch",) if backend == "torch" or native_unavailable else ("torch", "native")
     decisions = {n: choose(n, targets) for n in graph.nodes}
     order = schedule(graph, {n: d.impl.target for n, d in decisions.items()})
@@ -114,7 +115,6 @@ def choose(node: Node, targets: tuple[str, ...]) -> Decision:
         else:
             refused.append((impl.name, why))
     if not accepted:
-        from ..errors import KernelBuildError
         raise KernelBuildError(f"no implementation accepts {node.describe()}: "
                                + "; ".join(f"{n}: {w}" for n, w in refused))
     best = min(accepted, key=lambda i: i.cost(node))   # ties: the first registered
@@ -166,11 +166,8 @@ def plan_values(part: Partition, decisions: dict[Node, Decision], graph: Graph) 
             if v.const is None and v.producer not in step_of:
                 inputs.setdefault(v)
     part.inputs = list(inputs)
-    outputs = []
-    for n in part.nodes:
-        for j, v in enumerate(n.outputs):
-            if j == 0 and (v in graph_outputs or any(u not in step_of for u in v.users)):
-                outputs.append(v)
+    outputs = [v for n in part.nodes for v in n.outputs
+               if v in graph_outputs or any(u not in step_of for u in v.users)]
     part.outputs = outputs
     out_set = set(outputs)
 
@@ -183,13 +180,13 @@ def plan_values(part: Partition, decisions: dict[Node, Decision], graph: Graph) 
             if v is not None and v.producer in step_of:
                 readers.setdefault(v, []).append((n, i))
     for n in part.nodes:
-        v = n.outputs[0]
-        if v in out_set:
-            continue
-        reads = readers.get(v, [])
-        plain = any(i in decisions[r].impl.plain_inputs for r, i in reads)
-        last = max((step_of[r] for r, _ in reads), default=step_of[n])
-        part.values[v] = ValuePlan("plain" if plain else "any", step_of[n], last)
+        for v in n.outputs:
+            reads = readers.get(v)
+            if v in out_set or not reads:
+                continue   # the caller's buffer, or never read (the emitter writes a temporary)
+            plain = any(i in decisions[r].impl.plain_inputs for r, i in reads)
+            part.values[v] = ValuePlan("plain" if plain else "any", step_of[n],
+                                       max(step_of[r] for r, _ in reads))
 
     # in place: an eltwise/binary step may write over its first operand when that operand, and
     # every view of its bytes, is read for the last time by this step
@@ -204,7 +201,7 @@ def plan_values(part: Partition, decisions: dict[Node, Decision], graph: Graph) 
     for v, vp in part.values.items():
         group_last[root[v]] = max(group_last.get(root[v], -1), vp.last)
     for n in part.nodes:
-        if n.op_type not in IN_PLACE_OPS or n.domain not in ("", "autofusion"):
+        if n.op_type not in IN_PLACE_OPS or n.domain not in ("", FUSED_DOMAIN):
             continue
         out, src = n.outputs[0], _in_place_operand(n)
         vp, sp = part.values.get(out), part.values.get(src)

@@ -2,7 +2,7 @@
 the caller's array type — over the plan's Program (torch kernels and native partitions)."""
 from __future__ import annotations
 
-import os
+from collections import OrderedDict
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -12,20 +12,12 @@ from ..errors import AutofusionError, InputError
 from ..ir import Graph, Value
 from . import native
 from .executor import Program, _storage, _to_numpy, check_supported
-from .lower import BACKENDS, lower
+from .lower import lower
+from .specialise import specialise, symbolic_dims
 from .torch_cpu import TORCH_DTYPES
 
 Array = np.ndarray | torch.Tensor
-BACKEND_VAR = "AUTOFUSION_BACKEND"
-
-
-def resolve_backend(backend: str | None) -> str:
-    """The backend from the argument, else AUTOFUSION_BACKEND, else auto."""
-    chosen = backend or os.environ.get(BACKEND_VAR, "").strip() or "auto"
-    if chosen not in BACKENDS:
-        where = "" if backend else f"{BACKEND_VAR}="
-        raise AutofusionError(f"{where}{chosen!r}: the backend must be one of {', '.join(BACKENDS)}")
-    return chosen
+SPECIALISED = 8   # programs specialised to input sizes, kept per compiled model
 
 
 class CompiledModel:
@@ -35,23 +27,52 @@ class CompiledModel:
     graph's output order. `run(dict)` returns a dict by output name.
     """
 
-    def __init__(self, graph: Graph, report: Any = None, backend: str | None = None,
+    def __init__(self, graph: Graph, report: Any = None, backend: str = "auto",
                  threads: int | None = None):
         self.graph = graph
         self.report = report
-        self.backend = resolve_backend(backend)
+        self.backend = backend
         self.threads = threads
         check_supported(graph)
-        self.plan = lower(graph, self.backend, native.unavailable() if self.backend != "torch" else None)
-        if self.backend == "native" and self.plan.native is not None:
-            raise AutofusionError(f"backend 'native' cannot run here: {self.plan.native}")
-        partitions, self.native_source = native.build_partitions(self.plan, graph.name) \
-            if self.plan.native is None else ({}, "")
-        self.program = Program(graph, self.plan, partitions)
+        self.native_unavailable = native.unavailable() if self.backend != "torch" else None
+        if self.backend == "native" and self.native_unavailable is not None:
+            raise AutofusionError(f"backend 'native' cannot run here: {self.native_unavailable}")
+        self.program = self._program(graph)
+        self.plan = self.program.plan
+        # symbolic input dims: each new set of sizes gets a program of its own, native where
+        # static shapes let it be (made on first use, the most recent SPECIALISED kept)
+        self.specialised: OrderedDict[tuple, Program] | None = None
+        if symbolic_dims(graph) and self.backend != "torch" and self.native_unavailable is None:
+            self.specialised = OrderedDict()
         self.input_names = [v.name for v in graph.inputs]
         self.output_names = [v.name for v in graph.outputs]
         if report is not None:
-            report.backend = self.plan.summary()
+            report.backend = self.plan.summary() + (
+                f"; native code is specialised to each new set of input sizes on first use "
+                f"(the last {SPECIALISED} kept)" if self.specialised is not None else "")
+
+    def _program(self, graph: Graph) -> Program:
+        plan = lower(graph, self.backend, self.native_unavailable)
+        partitions, source = native.build_partitions(plan, graph.name) if plan.native is None else ({}, "")
+        return Program(graph, plan, partitions, source)
+
+    def program_for(self, sizes: dict[str, int]) -> Program:
+        """The program that runs a call with these symbolic sizes."""
+        if self.specialised is None:
+            return self.program
+        key = tuple(sorted(sizes.items()))
+        program = self.specialised.get(key)
+        if program is None:
+            program = self.specialised[key] = self._program(specialise(self.graph, sizes))
+            if len(self.specialised) > SPECIALISED:
+                self.specialised.popitem(last=False)
+        self.specialised.move_to_end(key)
+        return program
+
+    @property
+    def native_source(self) -> str:
+        """The generated C++ of the native partitions (of the unspecialised graph)."""
+        return self.program.native_source
 
     @property
     def source(self) -> str:
@@ -85,14 +106,14 @@ class CompiledModel:
     def _execute(self, arrays: list[Array]) -> tuple[list[Array], bool]:
         as_numpy = not any(isinstance(a, torch.Tensor) for a in arrays)
         tensors = [self._check_input(v, a) for v, a in zip(self.graph.inputs, arrays)]
-        self._check_symbolic_dims(tensors)
+        program = self.program_for(self._check_symbolic_dims(tensors))
         if self.threads is not None and torch.get_num_threads() != self.threads:
             torch.set_num_threads(self.threads)   # one OpenMP pool: torch's and oneDNN's
         with torch.inference_mode():
-            outs = self.program(*tensors)
+            outs = program(*tensors)
         # an output sharing memory with a caller's input or a constant (Identity, a reshape or
         # slice view) is returned as a copy, so writing to it cannot change either
-        shared = self.program.constant_storages | {_storage(t) for t in tensors}
+        shared = program.constant_storages | {_storage(t) for t in tensors}
         outs = [o.clone() if _storage(o) in shared else o for o in outs]
         if as_numpy:
             return [_to_numpy(t) for t in outs], True
@@ -119,7 +140,8 @@ class CompiledModel:
                                      f"(shape {v.type_str()}), got shape {tuple(t.shape)}")
         return t
 
-    def _check_symbolic_dims(self, tensors: list[torch.Tensor]) -> None:
+    def _check_symbolic_dims(self, tensors: list[torch.Tensor]) -> dict[str, int]:
+        """The size of each symbolic dim; an error where two inputs disagree on one."""
         seen: dict[str, tuple[int, str]] = {}
         for v, t in zip(self.graph.inputs, tensors):
             for axis, d in enumerate(v.shape or ()):
@@ -129,5 +151,6 @@ class CompiledModel:
                         raise InputError(f"input {v.name!r}: dimension {axis} ({d!r}) is {size}, "
                                          f"but {seen[d][1]} gave {d!r} = {seen[d][0]}")
                     seen.setdefault(d, (size, repr(v.name)))
+        return {d: size for d, (size, _) in seen.items()}
 
 

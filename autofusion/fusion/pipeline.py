@@ -9,10 +9,8 @@ Rules apply to a fixed point, then clean-up runs again (folding leaves unused co
 """
 from __future__ import annotations
 
-import os
 from typing import Iterable
 
-from ..errors import AutofusionError
 from ..ir import Graph
 from ..passes import (Evaluator, eliminate_common_subexpressions, eliminate_dead_code,
                       fold_constants, fold_static_shapes, read_shapes_upstream, refine_shapes,
@@ -22,42 +20,9 @@ from .report import FusionReport, NearMissReport, RuleReport
 from .rule import Rule, apply_rules
 from .rules import RULES
 
-LEVELS = (0, 1, 2)
-DEFAULT_LEVEL = 2
-
-# Our own variable names first; the original's names are honoured as aliases.
-LEVEL_VARS = ("AUTOFUSION_LEVEL", "CANN_GRAPH_FUSION")
-DISABLE_VARS = ("AUTOFUSION_DISABLE", "GE_FUSION_DISABLE_LIST")
-
 
 def rule_names() -> list[str]:
     return [r.name for r in RULES]
-
-
-def resolve_controls(level: int | None, disable: Iterable[str] | str | None) -> tuple[int, list[str]]:
-    """Level and disable list from the arguments, else the environment, else the defaults."""
-    if level is None:
-        for var in LEVEL_VARS:
-            if os.environ.get(var, "").strip():
-                raw = os.environ[var].strip()
-                if not raw.isdigit():
-                    raise AutofusionError(f"{var}={raw!r}: the fusion level must be 0, 1 or 2")
-                level = int(raw)
-                break
-        else:
-            level = DEFAULT_LEVEL
-    if level not in LEVELS:
-        raise AutofusionError(f"fusion level {level} does not exist; choose 0, 1 or 2")
-    if disable is None:
-        disable = next((os.environ[v] for v in DISABLE_VARS if os.environ.get(v, "").strip()), "")
-    if isinstance(disable, str):
-        disable = [d for d in (x.strip() for x in disable.replace(";", ",").split(",")) if d]
-    disable = list(dict.fromkeys(disable))
-    unknown = [d for d in disable if d not in rule_names()]
-    if unknown:
-        raise AutofusionError(f"unknown fused-op name(s) in the disable list: {', '.join(unknown)}; "
-                              f"valid names: {', '.join(sorted(rule_names()))}")
-    return level, disable
 
 
 def cleanup(graph: Graph, evaluate: Evaluator | None, counts: dict[str, int]) -> None:
@@ -79,7 +44,7 @@ def cleanup(graph: Graph, evaluate: Evaluator | None, counts: dict[str, int]) ->
             return
 
 
-def optimize(graph: Graph, level: int = DEFAULT_LEVEL, disable: Iterable[str] = (),
+def optimize(graph: Graph, level: int, disable: Iterable[str] = (),
              evaluate: Evaluator | None = None, model_name: str = "") -> FusionReport:
     """Run the level's passes and rules on the graph (in place) and report what happened."""
     disable = list(disable)

@@ -1,7 +1,8 @@
 """The IR: a small typed graph with ONNX operator semantics, and the op table."""
 from .dtypes import DType
 from .graph import Dim, Graph, Node, Shape, Value, format_graph, op_key
-from .ops import OPS, OpClass, OpDef, broadcast_shapes, lookup, ops_of_class, register, shape_value
+from .dims import broadcast_shapes, shape_value
+from .ops import OPS, OpClass, OpDef, lookup, ops_of_class, register
 from .builder import FUSED_DOMAIN, GraphBuilder
 from . import fused_ops  # noqa: F401,E402 - registers the fused ops in the table
 

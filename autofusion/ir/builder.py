@@ -9,10 +9,15 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import GraphError
-from .graph import Graph, Node, Value
+from .graph import Graph, Node, Value, op_key
 from .ops import lookup
 
 FUSED_DOMAIN = "autofusion"
+
+
+def fused(op_type: str) -> str:
+    """The op-table key of a fused op: "autofusion::FusedConv"."""
+    return op_key(FUSED_DOMAIN, op_type)
 
 
 class GraphBuilder:

@@ -5,19 +5,19 @@ writes the fused node as the subgraph it stands for. Export uses it as the body 
 function backing the fused node (so ONNX Runtime and Netron can open the fused file), and the
 tests use it as the reference the fused kernel must match.
 
-An activation is carried as an attribute pair: `activation` (an ONNX op name, or "SiLU",
-"GeluTanh", or "" for none) and `activation_params` (its float attributes in a fixed order).
+An activation is carried as an attribute pair: see activations.py.
 """
 from __future__ import annotations
 
-import math
 from typing import Callable
 
 import numpy as np
 
+from .activations import apply_activation, gelu, scalar_constant
 from .builder import FUSED_DOMAIN, GraphBuilder
 from .graph import Graph, Node, Value
-from .ops import OpClass, OpDef, matmul_shape, register
+from .ops import OpClass, OpDef, register
+from .shapes import matmul_shape
 
 Decompose = Callable[..., "list[Value]"]
 DECOMPOSITIONS: dict[str, Decompose] = {}
@@ -47,55 +47,6 @@ def _product(node: Node):
              a.dtype)]
 
 
-# ---- activations ------------------------------------------------------------------------
-# name -> (parameter names with defaults, decomposition)
-
-def _scalar(op: GraphBuilder, x: float, like: Value) -> Value:
-    dtype = like.dtype.numpy if like.dtype is not None else np.float32
-    return op.constant(np.array(x, dtype=dtype), "c")
-
-
-ACTIVATIONS: dict[str, tuple[dict[str, float], Callable[..., Value]]] = {
-    "": ({}, lambda op, x: x),
-    "Relu": ({}, lambda op, x: op.Relu(x)),
-    "LeakyRelu": ({"alpha": 0.01}, lambda op, x, alpha: op.LeakyRelu(x, alpha=alpha)),
-    "Clip": ({"min": -math.inf, "max": math.inf},
-             lambda op, x, min, max: op.Clip(x, _scalar(op, min, x), _scalar(op, max, x))),
-    "Sigmoid": ({}, lambda op, x: op.Sigmoid(x)),
-    "Tanh": ({}, lambda op, x: op.Tanh(x)),
-    "HardSigmoid": ({"alpha": 0.2, "beta": 0.5},
-                    lambda op, x, alpha, beta: op.HardSigmoid(x, alpha=alpha, beta=beta)),
-    # x·HardSigmoid(x): the HardSwish op itself needs opset 14
-    "HardSwish": ({}, lambda op, x: op.Mul(x, op.HardSigmoid(x, alpha=1 / 6, beta=0.5))),
-    "Elu": ({"alpha": 1.0}, lambda op, x, alpha: op.Elu(x, alpha=alpha)),
-    "SiLU": ({}, lambda op, x: op.Mul(x, op.Sigmoid(x))),
-    "Gelu": ({}, lambda op, x: _gelu(op, x, "none")),
-    "GeluTanh": ({}, lambda op, x: _gelu(op, x, "tanh")),
-}
-
-
-def activation_attrs(name: str, **params: float) -> dict:
-    """The attribute pair for an activation, parameters in the table's order."""
-    defaults, _ = ACTIVATIONS[name]
-    return {"activation": name,
-            "activation_params": [float(params.get(k, d)) for k, d in defaults.items()]}
-
-
-def apply_activation(op: GraphBuilder, node: Node, x: Value) -> Value:
-    name = node.attr("activation", "")
-    defaults, build = ACTIVATIONS[name]
-    return build(op, x, *node.attr("activation_params", list(defaults.values())))
-
-
-def _gelu(op: GraphBuilder, x: Value, approximate: str) -> Value:
-    if approximate == "tanh":   # 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
-        inner = op.Mul(_scalar(op, math.sqrt(2 / math.pi), x),
-                       op.Add(x, op.Mul(_scalar(op, 0.044715, x), op.Mul(x, op.Mul(x, x)))))
-        return op.Mul(op.Mul(_scalar(op, 0.5, x), x), op.Add(_scalar(op, 1.0, x), op.Tanh(inner)))
-    return op.Mul(op.Mul(_scalar(op, 0.5, x), x),
-                  op.Add(_scalar(op, 1.0, x), op.Erf(op.Div(x, _scalar(op, math.sqrt(2), x)))))
-
-
 # ---- the fused ops ------------------------------------------------------------------------
 
 @fused_op("FusedConv", OpClass.COMPLEX)
@@ -121,10 +72,10 @@ def fused_matmul(op: GraphBuilder, node: Node, a, b, c=None):
             a, b = (t, b) if v == "a" else (a, t)
     y = op.MatMul(a, b)
     if node.attr("alpha", 1.0) != 1.0:
-        y = op.Mul(y, _scalar(op, node.attr("alpha"), y if y.dtype else a))
+        y = op.Mul(y, scalar_constant(op, node.attr("alpha"), y if y.dtype else a))
     if c is not None:
         if node.attr("beta", 1.0) != 1.0:
-            c = op.Mul(c, _scalar(op, node.attr("beta"), c))
+            c = op.Mul(c, scalar_constant(op, node.attr("beta"), c))
         y = op.Add(y, c)
     return [apply_activation(op, node, y)]
 
@@ -160,13 +111,13 @@ def _standardized(op: GraphBuilder, x: Value, axis: int, epsilon: float) -> Valu
     axes = list(range(axis % len(x.shape), len(x.shape)))
     centered = op.Sub(x, reduce_mean(op, x, axes))
     var = reduce_mean(op, op.Mul(centered, centered), axes)
-    return op.Div(centered, op.Sqrt(op.Add(var, _scalar(op, epsilon, x))))
+    return op.Div(centered, op.Sqrt(op.Add(var, scalar_constant(op, epsilon, x))))
 
 
 def _rms_scaled(op: GraphBuilder, x: Value, axis: int, epsilon: float) -> Value:
     """x / √(E[x²] + ε) over the axes from `axis` on."""
     axes = list(range(axis % len(x.shape), len(x.shape)))
-    return op.Div(x, op.Sqrt(op.Add(reduce_mean(op, op.Mul(x, x), axes), _scalar(op, epsilon, x))))
+    return op.Div(x, op.Sqrt(op.Add(reduce_mean(op, op.Mul(x, x), axes), scalar_constant(op, epsilon, x))))
 
 
 def _affine(op: GraphBuilder, y: Value, scale: Value | None, bias: Value | None = None) -> Value:
@@ -184,7 +135,7 @@ def reduce_mean(op: GraphBuilder, x: Value, axes: list[int]) -> Value:
 @fused_op("Gelu", OpClass.ELEMWISE, _same_as_input)
 def gelu(op: GraphBuilder, node: Node, x):
     """GELU, exact (erf) or with the tanh approximation."""
-    return [_gelu(op, x, node.attr("approximate", "none"))]
+    return [gelu(op, x, node.attr("approximate", "none"))]
 
 
 @fused_op("Activation", OpClass.ELEMWISE, _same_as_input)
@@ -200,12 +151,12 @@ def attention(op: GraphBuilder, node: Node, q, k, v, mask=None):
     torch's scaled_dot_product_attention, and its ONNX export, do)."""
     perm = list(range(len(k.shape))) if k.shape is not None else [0, 1, 2, 3]
     perm[-2:] = perm[-1], perm[-2]
-    s = op.Mul(op.MatMul(q, op.Transpose(k, perm=perm)), _scalar(op, node.attr("scale", 1.0), q))
+    s = op.Mul(op.MatMul(q, op.Transpose(k, perm=perm)), scalar_constant(op, node.attr("scale", 1.0), q))
     if mask is not None:
         s = op.Add(s, mask)
     p = op.Softmax(s, axis=-1)
     if node.attr("nan_to_zero", 0):
-        p = op.Where(op.IsNaN(p), _scalar(op, 0.0, p), p)
+        p = op.Where(op.IsNaN(p), scalar_constant(op, 0.0, p), p)
     return [op.MatMul(p, v)]
 
 

@@ -48,7 +48,8 @@ def test_a_failing_fused_kernel_names_the_rule_and_the_original_nodes():
          helper.make_node("Mul", ["x", "s"], ["y"], name="/act/Mul")], "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N"])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
-    model = autofusion.compile(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), level=1)
+    model = autofusion.compile(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), level=1,
+                               backend="torch")
     [fused] = model.graph.nodes
     model.program.fn.__globals__["k0"] = lambda x: 1 / 0   # a kernel that breaks at run time
     with pytest.raises(autofusion.NodeExecutionError) as e:

@@ -10,6 +10,8 @@ from autofusion.backend.native import unavailable
 from autofusion.errors import AutofusionError
 from autofusion.ir import DType, Graph, GraphBuilder
 
+from ..helpers import conv_relu_model   # x: [N, 3, 8, 8]
+
 needs_native = pytest.mark.skipif(unavailable() is not None, reason=f"native backend: {unavailable()}")
 
 
@@ -82,3 +84,18 @@ def test_an_unknown_backend_is_an_error_naming_the_choices(monkeypatch):
     monkeypatch.setenv("AUTOFUSION_BACKEND", "fast")
     with pytest.raises(AutofusionError, match="AUTOFUSION_BACKEND='fast'"):
         autofusion.compile(side_branch_graph())
+
+
+@needs_native
+def test_symbolic_sizes_get_a_native_program_each_on_first_use():
+    model = autofusion.compile(conv_relu_model(), level=0)
+    reference = autofusion.compile(conv_relu_model(), level=0, backend="torch")
+    assert {d.impl.target for d in model.plan.decisions.values()} == {"torch"}   # N is symbolic
+    assert "specialised to each new set of input sizes" in model.report.backend
+    rng = np.random.default_rng(0)
+    for n in (2, 3, 2):
+        x = rng.standard_normal((n, 3, 8, 8)).astype(np.float32)
+        np.testing.assert_allclose(model(x), reference(x), rtol=1e-5, atol=1e-5)
+    assert list(model.specialised) == [(("N", 3),), (("N", 2),)]
+    for program in model.specialised.values():
+        assert [p.target for p in program.plan.partitions] == ["native"]

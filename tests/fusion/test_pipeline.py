@@ -9,8 +9,9 @@ import torch
 from onnx import TensorProto, helper
 
 import autofusion
+from autofusion.controls import resolve_controls
 from autofusion.errors import AutofusionError
-from autofusion.fusion import resolve_controls, rule_names
+from autofusion.fusion import rule_names
 
 from .rules.harness import torch_model
 

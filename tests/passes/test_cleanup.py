@@ -12,7 +12,7 @@ from onnx import helper
 import autofusion
 from autofusion.backend import evaluate_node
 from autofusion.frontend import import_onnx
-from autofusion.ir.ops import inferred_dim
+from autofusion.ir.dims import inferred_dim
 from autofusion.passes import cleanup
 from autofusion.passes import (eliminate_common_subexpressions, eliminate_dead_code, fold_constants,
                                fold_static_shapes, read_shapes_upstream)

@@ -82,8 +82,13 @@ class PartitionSource:
             raise AssertionError(f"value {v.name!r} is read before the partition declares it")
         return self.const(v.const, v.name, key=v)
 
-    def out(self, node: Node) -> int:
-        return self.ids[id(node.outputs[0])]
+    def out(self, node: Node, j: int = 0) -> int:
+        """The id of output j; one nobody reads gets a temporary of this step to be written to."""
+        v = node.outputs[j]
+        if id(v) not in self.ids:
+            k = self.temp(list(v.shape), plain=True)
+            self.ids[id(v)] = k
+        return self.ids[id(v)]
 
     def const(self, data: np.ndarray, name: str, key: Value | None = None) -> int:
         """A constant copied into the partition at load: a model constant or one prepared here."""

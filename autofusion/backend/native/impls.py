@@ -15,14 +15,15 @@ from typing import Callable
 import numpy as np
 
 from ...ir import DType, Node, Value
-from ...ir.fused_ops import ACTIVATIONS
+from ...ir.builder import fused
+from ...ir.activations import activation, clip_bounds
 from ...ir.geometry import explicit_pads
-from ...ir.ops import opset_of
+from ...ir.dims import slice_bounds
+from ...ir.shapes import opset_of
 from ..impl import Impl, register
 from .emit import PartitionSource, dims
 
 Emitter = Callable[[Node, PartitionSource], str]
-FUSED = "autofusion::"
 
 
 def native(*ops: str, check: Callable[[Node], str | None], plain: tuple[int, ...] = (),
@@ -54,21 +55,21 @@ def _refusal(v: Value | None, what: str) -> str | None:
     return None
 
 
-def dense(node: Node, inputs: tuple[int, ...] | None = None) -> str | None:
+def dense(node: Node, inputs: tuple[int, ...] | None = None, outputs: int = 1) -> str | None:
     """The common conditions: the listed inputs (default all) and every used output float32,
-    static, at least 1-D and not empty."""
+    static, at least 1-D and not empty; the step makes the first `outputs` outputs."""
     for i in range(len(node.inputs)) if inputs is None else inputs:
         why = _refusal(node.input(i), "input")
         if why:
             return why
     for j, v in enumerate(node.outputs):
-        if j and not v.uses and v not in (node.graph.outputs if node.graph else ()):
+        if j >= outputs and not v.uses and v not in (node.graph.outputs if node.graph else ()):
             continue   # an optional output nobody reads (MaxPool's indices)
         why = _refusal(v, "output")
         if why:
             return why
-        if j:
-            return f"its output {j} ({v.name!r}) is used: the native step makes output 0 only"
+        if j >= outputs:
+            return f"its output {j} ({v.name!r}) is used: the native step makes {outputs} only"
     return None
 
 
@@ -81,29 +82,10 @@ def first(*reasons: str | None) -> str | None:
     return next((r for r in reasons if r), None)
 
 
-# ---- activations: ir/fused_ops.ACTIVATIONS as oneDNN eltwise algorithms -----------------------
-
-def acts(name: str, params: list[float] | None = None) -> list[tuple[str, float, float]]:
-    defaults, _ = ACTIVATIONS[name]
-    p = dict(zip(defaults, params if params is not None else list(defaults.values())))
-    return {
-        "": [],
-        "Relu": [("Relu", 0.0, 0.0)],
-        "LeakyRelu": [("Relu", p.get("alpha", 0.01), 0.0)],
-        "Clip": [("Clip", p.get("min", -math.inf), p.get("max", math.inf))],
-        "Sigmoid": [("Logistic", 0.0, 0.0)],
-        "Tanh": [("Tanh", 0.0, 0.0)],
-        "HardSigmoid": [("HardSigmoid", p.get("alpha", 0.2), p.get("beta", 0.5))],
-        "HardSwish": [("HardSwish", 1 / 6, 0.5)],
-        "Elu": [("Elu", p.get("alpha", 1.0), 0.0)],
-        "SiLU": [("Swish", 1.0, 0.0)],
-        "Gelu": [("GeluErf", 0.0, 0.0)],
-        "GeluTanh": [("GeluTanh", 0.0, 0.0)],
-    }[name]
-
-
 def node_acts(node: Node) -> list[tuple[str, float, float]]:
-    return acts(node.attr("activation", ""), node.attr("activation_params"))
+    """A fused node's activation as oneDNN eltwise steps (ir/activations.py)."""
+    act, params = activation(node)
+    return act.onednn(*params)
 
 
 # ---- convolution -----------------------------------------------------------------------------
@@ -124,7 +106,7 @@ def check_conv(node: Node) -> str | None:
                  "the residual broadcasts to the output")
 
 
-@native("Conv", FUSED + "FusedConv", check=check_conv)
+@native("Conv", fused("FusedConv"), check=check_conv)
 def emit_conv(node: Node, p: PartitionSource) -> str:
     """oneDNN convolution: layouts oneDNN picks, the weight reordered once, bias, residual and
     activation as post-ops."""
@@ -179,18 +161,6 @@ def emit_pool(node: Node, p: PartitionSource) -> str:
 
 # ---- elementwise -----------------------------------------------------------------------------
 
-def _clip_bounds(node: Node) -> tuple[float, float] | None:
-    if opset_of(node) < 11:
-        return node.attr("min", -math.inf), node.attr("max", math.inf)
-    bounds = []
-    for i, default in ((1, -math.inf), (2, math.inf)):
-        v = node.input(i)
-        if v is not None and (v.const is None or v.const.size != 1):
-            return None
-        bounds.append(default if v is None else float(v.const.reshape(-1)[0]))
-    return bounds[0], bounds[1]
-
-
 UNARY: dict[str, Callable[[Node], list[tuple[str, float, float]]]] = {
     "Relu": lambda n: [("Relu", 0.0, 0.0)],
     "LeakyRelu": lambda n: [("Relu", n.attr("alpha", 0.01), 0.0)],
@@ -205,15 +175,15 @@ UNARY: dict[str, Callable[[Node], list[tuple[str, float, float]]]] = {
     "HardSigmoid": lambda n: [("HardSigmoid", n.attr("alpha", 0.2), n.attr("beta", 0.5))],
     "HardSwish": lambda n: [("HardSwish", 1 / 6, 0.5)],
     "Mish": lambda n: [("Mish", 0.0, 0.0)],
-    "Clip": lambda n: [("Clip", *_clip_bounds(n))],
+    "Clip": lambda n: [("Clip", *clip_bounds(n))],
     "Gelu": lambda n: [("GeluTanh" if n.attr("approximate", "none") == "tanh" else "GeluErf", 0.0, 0.0)],
-    FUSED + "Gelu": lambda n: [("GeluTanh" if n.attr("approximate", "none") == "tanh" else "GeluErf", 0.0, 0.0)],
-    FUSED + "Activation": node_acts,
+    fused("Gelu"): lambda n: [("GeluTanh" if n.attr("approximate", "none") == "tanh" else "GeluErf", 0.0, 0.0)],
+    fused("Activation"): node_acts,
 }
 
 
 def check_unary(node: Node) -> str | None:
-    if node.op_type == "Clip" and _clip_bounds(node) is None:
+    if node.op_type == "Clip" and clip_bounds(node) is None:
         return "Clip's bounds are computed at run time"
     return first(dense(node, (0,)), None if UNARY[node.op](node) else "no activation")
 
@@ -314,6 +284,60 @@ def emit_transpose(node: Node, p: PartitionSource) -> str:
     return p.call("transpose", p.out(node), p.ref(node.inputs[0]), dims(perm))
 
 
+def _block(node: Node) -> list[tuple[list[int], list[int]]] | None:
+    """(offsets, sizes) in the input's rank of each output of a Gather by one constant index,
+    a Slice with constant bounds and unit steps, or a Split: None for any other form."""
+    x = node.inputs[0]
+    shape = list(x.shape)
+    if node.op_type == "Gather":
+        idx = node.inputs[1].const
+        if idx is None or idx.size != 1 or idx.ndim > 1:
+            return None
+        axis = node.attr("axis", 0) % len(shape)
+        i = int(idx.reshape(-1)[0]) % shape[axis]
+        return [([i if a == axis else 0 for a in range(len(shape))],
+                 [1 if a == axis else d for a, d in enumerate(shape)])]
+    if node.op_type == "Slice":
+        starts, ends, axes, steps = (node.input(i) for i in range(1, 5))
+        if any(v is not None and v.const is None for v in (starts, ends, axes, steps)):
+            return None
+        axes_ = list(range(len(starts.const))) if axes is None else [int(a) % len(shape) for a in axes.const]
+        if steps is not None and any(int(s) != 1 for s in steps.const):
+            return None
+        offsets, sizes = [0] * len(shape), list(shape)
+        for a, b, e in zip(axes_, starts.const, ends.const):
+            lo, hi, _ = slice_bounds(shape[a], int(max(min(b, 2**62), -2**62)), int(max(min(e, 2**62), -2**62)), 1)
+            offsets[a], sizes[a] = lo, max(hi - lo, 0)
+        return [(offsets, sizes)]
+    axis = node.attr("axis", 0) % len(shape)   # Split
+    parts = [list(v.shape)[axis] for v in node.outputs]
+    blocks, at = [], 0
+    for n in parts:
+        blocks.append(([at if a == axis else 0 for a in range(len(shape))],
+                       [n if a == axis else d for a, d in enumerate(shape)]))
+        at += n
+    return blocks
+
+
+def check_block(node: Node) -> str | None:
+    why = dense(node, (0,), outputs=len(node.outputs) if node.op_type == "Split" else 1)
+    if why:
+        return why
+    blocks = _block(node)
+    if blocks is None:
+        return f"{node.op_type} by indices or steps computed at run time, or not a single block"
+    if any(0 in sizes for _, sizes in blocks):
+        return "an empty block"
+    return None
+
+
+@native("Gather", "Slice", "Split", check=check_block, plain=(0,), tensors=(0,))
+def emit_block(node: Node, p: PartitionSource) -> str:
+    """A oneDNN reorder of one block of the input (Gather by one index, Slice, each Split part)."""
+    return "\n".join(p.call("slice", p.out(node, j), p.ref(node.inputs[0]), dims(offsets), dims(sizes))
+                     for j, (offsets, sizes) in enumerate(_block(node)))
+
+
 def check_softmax(node: Node) -> str | None:
     rank = node.inputs[0].rank
     why = dense(node)
@@ -384,7 +408,7 @@ def _same_rank(p: PartitionSource, v: Value, rank: int) -> int:
     return p.const(v.const.reshape((1,) * (rank - v.rank) + v.const.shape), v.name)
 
 
-@native("MatMul", "Gemm", FUSED + "FusedMatMul", check=check_matmul)
+@native("MatMul", "Gemm", fused("FusedMatMul"), check=check_matmul)
 def emit_matmul(node: Node, p: PartitionSource) -> str:
     """oneDNN matmul: a linear layer (constant B) on the weight reordered once, with bias and
     activation as post-ops; else a batched product of two dense operands."""
@@ -416,7 +440,7 @@ def check_pool_gemm(node: Node) -> str | None:
         "the bias varies along the batch"
 
 
-@native(FUSED + "PoolGemm", check=check_pool_gemm)
+@native(fused("PoolGemm"), check=check_pool_gemm)
 def emit_pool_gemm(node: Node, p: PartitionSource) -> str:
     """Global average pooling into a dense temporary, then the linear layer."""
     x, w, c = node.inputs[0], node.inputs[1].const, node.input(2)
@@ -449,12 +473,30 @@ def check_layer_norm(node: Node) -> str | None:
                  None if r is None or r.shape == x.shape else "the residual broadcasts")
 
 
-@native(FUSED + "LayerNorm", check=check_layer_norm, plain=(0, 3))
+@native(fused("LayerNorm"), check=check_layer_norm, plain=(0, 3))
 def emit_layer_norm(node: Node, p: PartitionSource) -> str:
     """The residual added into a temporary, then oneDNN layer normalization over the trailing axes."""
     axis = _norm_axis(node)
     return p.call("layer_norm", p.out(node), p.ref(node.inputs[0]), p.ref(node.input(1)),
                   p.ref(node.input(2)), p.ref(node.input(3)), axis, p.float(node.attr("epsilon", 1e-5)))
+
+
+def check_onnx_layer_norm(node: Node) -> str | None:
+    why = first(dense(node, (0, 1, 2)), constant(node, 1, "scale"), constant(node, 2, "bias"))
+    if why:
+        return why
+    x = node.inputs[0]
+    normalized = math.prod(x.shape[_norm_axis(node):])
+    if any(v is not None and v.const.size != normalized for v in node.inputs[1:3]):
+        return "the scale or bias broadcasts over the normalized axes"
+    return None
+
+
+@native("LayerNormalization", check=check_onnx_layer_norm, plain=(0,), tensors=(0,))
+def emit_onnx_layer_norm(node: Node, p: PartitionSource) -> str:
+    """ONNX's LayerNormalization (its Mean and InvStdDev outputs unused) as oneDNN's."""
+    return p.call("layer_norm", p.out(node), p.ref(node.inputs[0]), p.ref(node.input(1)),
+                  p.ref(node.input(2)), -1, _norm_axis(node), p.float(node.attr("epsilon", 1e-5)))
 
 
 def check_norm_matmul(node: Node) -> str | None:
@@ -465,7 +507,7 @@ def check_norm_matmul(node: Node) -> str | None:
                  "the residual broadcasts")
 
 
-@native(FUSED + "NormMatMul", check=check_norm_matmul, plain=(0, 3))
+@native(fused("NormMatMul"), check=check_norm_matmul, plain=(0, 3))
 def emit_norm_matmul(node: Node, p: PartitionSource) -> str:
     """Layer norm without affine (the rule folded it into the weight) into a dense temporary,
     then the linear layer."""
@@ -497,7 +539,7 @@ def check_attention(node: Node) -> str | None:
     return None
 
 
-@native(FUSED + "Attention", check=check_attention, plain=(0, 1, 2, 3))
+@native(fused("Attention"), check=check_attention, plain=(0, 1, 2, 3))
 def emit_attention(node: Node, p: PartitionSource) -> str:
     """q·kᵀ with the scale and mask as post-ops, softmax, then ·v: three oneDNN primitives."""
     mask = node.input(3)

@@ -8,7 +8,7 @@ import torch
 
 from ...errors import KernelBuildError
 from ...ir import DType, Node
-from ...ir.ops import opset_of as opset   # noqa: F401 - the kernels' name for it
+from ...ir.shapes import opset_of as opset   # noqa: F401 - the kernels' name for it
 from ..impl import Check, Impl, accepts, register
 
 Kernel = Callable[..., "torch.Tensor | tuple[torch.Tensor, ...]"]

@@ -18,10 +18,10 @@ import torch.nn.functional as F
 
 from ...errors import KernelBuildError
 from ...ir import DType, Node
-from ...ir.fused_ops import ACTIVATIONS
+from ...ir.builder import fused
+from ...ir.activations import activation
 from .common import Kernel, const_input, kernel, torch_dtype
 
-FUSED = "autofusion::"
 
 
 def baked(fn: Kernel, *indices: int) -> Kernel:
@@ -31,44 +31,31 @@ def baked(fn: Kernel, *indices: int) -> Kernel:
 
 
 # ---- activations ----------------------------------------------------------------------------
-# torch form of each activation in ir/fused_ops.ACTIVATIONS, and its oneDNN post-op name
+# ir/activations.py declares each one; PyTorch's oneDNN binding names its post-ops its own way
 
 def torch_activation(node: Node) -> Callable[[torch.Tensor], torch.Tensor] | None:
-    name = node.attr("activation", "")
-    defaults, _ = ACTIVATIONS[name]
-    p = dict(zip(defaults, node.attr("activation_params", list(defaults.values()))))
-    return {
-        "": None,
-        "Relu": torch.relu,
-        "LeakyRelu": lambda x: F.leaky_relu(x, p["alpha"]),
-        "Clip": lambda x: torch.clamp(x, None if math.isinf(p["min"]) else p["min"],
-                                      None if math.isinf(p["max"]) else p["max"]),
-        "Sigmoid": torch.sigmoid,
-        "Tanh": torch.tanh,
-        "HardSigmoid": (F.hardsigmoid if (p.get("alpha"), p.get("beta")) == (1 / 6, 0.5) else
-                        lambda x: torch.clamp(x * p["alpha"] + p["beta"], 0, 1)),
-        "HardSwish": F.hardswish,
-        "Elu": lambda x: F.elu(x, p["alpha"]),
-        "SiLU": F.silu,
-        "Gelu": F.gelu,
-        "GeluTanh": lambda x: F.gelu(x, approximate="tanh"),
-    }[name]
+    act, params = activation(node)
+    return None if not node.attr("activation", "") else (lambda x: act.torch(F, x, *params))
+
+
+_BINDING_POST_OPS = {   # oneDNN algorithm → (attr, scalars, algorithm) of _convolution_pointwise
+    "Relu": lambda a, b: ("relu", [], "") if a == 0 else ("leaky_relu", [a], ""),
+    "Clip": lambda a, b: None if math.isinf(a) or math.isinf(b) else ("hardtanh", [a, b], ""),
+    "Logistic": lambda a, b: ("sigmoid", [], ""), "Tanh": lambda a, b: ("tanh", [], ""),
+    "HardSwish": lambda a, b: ("hardswish", [], ""), "Swish": lambda a, b: ("swish", [], ""),
+    "GeluErf": lambda a, b: ("gelu", [], "none"), "GeluTanh": lambda a, b: ("gelu", [], "tanh"),
+}
 
 
 def onednn_post_op(node: Node) -> tuple[str, list, str] | None:
-    """(attr, scalars, algorithm) for oneDNN's pointwise post-op, or None if it has none."""
-    name = node.attr("activation", "")
-    defaults, _ = ACTIVATIONS[name]
-    p = dict(zip(defaults, node.attr("activation_params", list(defaults.values()))))
-    if name == "Clip":
-        if math.isinf(p["min"]) or math.isinf(p["max"]):
-            return None
-        return "hardtanh", [p["min"], p["max"]], ""
-    return {"": ("none", [], ""), "Relu": ("relu", [], ""), "Sigmoid": ("sigmoid", [], ""),
-            "Tanh": ("tanh", [], ""), "HardSwish": ("hardswish", [], ""),
-            "SiLU": ("swish", [], ""), "Gelu": ("gelu", [], "none"),
-            "GeluTanh": ("gelu", [], "tanh"),
-            "LeakyRelu": ("leaky_relu", [p.get("alpha", 0.01)], "")}.get(name)
+    """(attr, scalars, algorithm) for PyTorch's oneDNN pointwise post-op, or None if it has none."""
+    act, params = activation(node)
+    steps = act.onednn(*params)
+    if not steps:
+        return "none", [], ""
+    (alg, a, b), = steps
+    post = _BINDING_POST_OPS.get(alg)
+    return None if post is None else post(a, b)
 
 
 # ---- FusedConv ----------------------------------------------------------------------------
@@ -131,7 +118,7 @@ def _prepacked_conv_refusal(node: Node) -> str | None:
     return None
 
 
-@kernel(FUSED + "FusedConv", impl="torch-onednn", check=_prepacked_conv_refusal)
+@kernel(fused("FusedConv"), impl="torch-onednn", check=_prepacked_conv_refusal)
 def fused_conv_onednn(node: Node) -> Kernel:
     """oneDNN's convolution through PyTorch, the weight prepacked once, post-ops fused."""
     g, w, b = ConvGeometry(node), const_input(node, 1), const_input(node, 2)
@@ -142,7 +129,7 @@ def fused_conv_onednn(node: Node) -> Kernel:
     return baked(g.padded(run), 1, 2)
 
 
-@kernel(FUSED + "FusedConv")
+@kernel(fused("FusedConv"))
 def fused_conv(node: Node) -> Kernel:
     """PyTorch's conv (one GEMM for a small dense conv), then the residual and activation."""
     g, w, b = ConvGeometry(node), const_input(node, 1), const_input(node, 2)
@@ -232,7 +219,7 @@ ONEDNN_MIN_MACS = 1 << 23   # rows × in × out
 ASSUMED_ROWS = 128          # rows of a dynamic-shape input, for that choice: a typical sequence
 
 
-@kernel(FUSED + "FusedMatMul")
+@kernel(fused("FusedMatMul"))
 def fused_matmul(node: Node) -> Kernel:
     linear = _linear(node)
     if linear is not None:
@@ -291,7 +278,7 @@ def _normalized(node: Node) -> tuple[int, tuple[int, ...] | None]:
     return axis, tuple(dims) if all(isinstance(d, int) for d in dims) else None
 
 
-@kernel(FUSED + "LayerNorm")
+@kernel(fused("LayerNorm"))
 def layer_norm(node: Node) -> Kernel:
     (axis, shape), eps = _normalized(node), node.attr("epsilon", 1e-5)
     x_type = node.inputs[0].dtype
@@ -309,7 +296,7 @@ def layer_norm(node: Node) -> Kernel:
     return run
 
 
-@kernel(FUSED + "RMSNorm")
+@kernel(fused("RMSNorm"))
 def rms_norm(node: Node) -> Kernel:
     (axis, shape), eps = _normalized(node), node.attr("epsilon", 1e-6)
     if node.inputs[0].dtype not in (DType.FLOAT, DType.DOUBLE):   # it accumulates halves in float
@@ -328,7 +315,7 @@ def rms_norm(node: Node) -> Kernel:
     return run
 
 
-@kernel(FUSED + "NormMatMul")
+@kernel(fused("NormMatMul"))
 def norm_matmul(node: Node) -> Kernel:
     """The norm without scale or bias (the rule folded them into the weight and bias), then the
     linear layer's prepacked kernel. The normalized rows are this kernel's temporary: at
@@ -344,21 +331,21 @@ def norm_matmul(node: Node) -> Kernel:
     return baked(run, 1, 2)
 
 
-@kernel(FUSED + "Gelu")
+@kernel(fused("Gelu"))
 def gelu(node: Node) -> Kernel:
     approximate = node.attr("approximate", "none")
     return lambda x: F.gelu(x, approximate=approximate)
 
 
-@kernel(FUSED + "Activation")
-def activation(node: Node) -> Kernel:
+@kernel(fused("Activation"))
+def named_activation(node: Node) -> Kernel:
     act = torch_activation(node)
     return act if act is not None else (lambda x: x)
 
 
 # ---- attention, head ----------------------------------------------------------------------
 
-@kernel(FUSED + "Attention")
+@kernel(fused("Attention"))
 def attention(node: Node) -> Kernel:
     """One F.scaled_dot_product_attention, where it computes what the op means:
     - SDPA takes a mask that broadcasts to the scores without growing them. Where the graph
@@ -400,7 +387,7 @@ def dead_rows(mask: np.ndarray) -> bool:
     return bool(np.isneginf(mask).all(-1).any()) if mask.ndim else bool(np.isneginf(mask))
 
 
-@kernel(FUSED + "PoolGemm")
+@kernel(fused("PoolGemm"))
 def pool_gemm(node: Node) -> Kernel:
     """mean over the spatial axes, then one F.linear: the weight as [out, in] with alpha folded in,
     the bias with beta folded in, both prepared here; a computed weight or bias runs generically."""

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from ...ir import DType, Node
-from ...ir.ops import slice_bounds
+from ...ir.dims import slice_bounds
 from .common import Kernel, const_input, ints_of, kernel, opset, to_torch, torch_dtype
 
 # ---- helpers ------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from ...ir.fused_ops import activation_attrs
+from ...ir.activations import activation_attrs
 from ..rule import Rule
 
 SQRT2 = math.sqrt(2)

@@ -23,8 +23,8 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir import DType, Node, Value, geometry
-from ...ir.builder import FUSED_DOMAIN as FUSED
-from ...ir.fused_ops import ACTIVATIONS, activation_attrs
+from ...ir.builder import FUSED_DOMAIN
+from ...ir.activations import activation_of, clip_bounds
 from ..pattern import Match, attr_value
 from ..rule import Rule, dims, scalar
 
@@ -51,7 +51,7 @@ def plain_conv(op, x, w, b=None):
 
 def open_fused_conv(op, *inputs):
     """A FusedConv with no activation yet, so an epilogue can still be appended to it."""
-    return op.FusedConv(*inputs, _domain=FUSED, _name="conv", activation=lambda a: not a)
+    return op.FusedConv(*inputs, _domain=FUSED_DOMAIN, _name="conv", activation=lambda a: not a)
 
 
 def fused_conv_add(op, x, w, z, b=None):   # a FusedConv that has no residual yet
@@ -73,8 +73,8 @@ ACTIVATION_PATTERNS = [
     *(activation_after_conv(a) for a in ("Relu", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid",
                                          "HardSwish", "Elu")),
     fused_conv_clip,
-    activation_after_conv("Activation", FUSED),   # SiLU, hard-swish, … recognised by activation.py
-    activation_after_conv("Gelu", FUSED),
+    activation_after_conv("Activation", FUSED_DOMAIN),   # SiLU, hard-swish, … recognised by activation.py
+    activation_after_conv("Gelu", FUSED_DOMAIN),
 ]
 
 
@@ -109,28 +109,6 @@ def fold_batch_norm(op, m: Match) -> tuple[Value, Value]:
     weight = (w * s.reshape(-1, *[1] * (w.ndim - 1))).astype(m.w.const.dtype)
     bias = ((b - f64(m.mean)) * s + f64(m.shift)).astype(m.w.const.dtype)
     return op.constant(weight, f"{m.w.name}_bn_folded"), op.constant(bias, f"{m.shift.name}_bn_folded")
-
-
-def activation_of(act: Node) -> dict:
-    """FusedConv's activation attributes for an activation node."""
-    if act.op == "autofusion::Activation":
-        return {"activation": act.attr("activation", ""),
-                "activation_params": act.attr("activation_params", [])}
-    if act.op == "autofusion::Gelu":
-        return activation_attrs("GeluTanh" if act.attr("approximate") == "tanh" else "Gelu")
-    if act.op_type == "Clip":
-        low, high = clip_bounds(act)
-        return activation_attrs("Clip", min=low, max=high)
-    defaults, _ = ACTIVATIONS[act.op_type]
-    return activation_attrs(act.op_type, **{k: attr_value(act, k) for k in defaults})
-
-
-def clip_bounds(clip: Node) -> tuple[float | None, float | None]:
-    """Clip's (min, max): from its inputs (opset ≥ 11) or attributes; ±inf when absent."""
-    if clip.graph.opset.get("", 21) < 11:
-        return attr_value(clip, "min"), attr_value(clip, "max")
-    low, high = (clip.input(i) for i in (1, 2))
-    return (-np.inf if low is None else scalar(low)), (np.inf if high is None else scalar(high))
 
 
 def explicit_pads(conv: Node) -> list[int] | None:
@@ -200,7 +178,7 @@ def residual_problem(add: Node, m: Match) -> str | None:
 
 
 def activation_problem(act: Node) -> str | None:
-    if act.op_type == "Clip" and None in clip_bounds(act):
+    if act.op_type == "Clip" and clip_bounds(act) is None:
         return f"Clip {act.name!r}: its bounds are not constants"
     return None
 

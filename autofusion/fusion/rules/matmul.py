@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ...ir import DType, Node
 from ...ir.builder import FUSED_DOMAIN
-from ...ir.fused_ops import activation_attrs
+from ...ir.activations import activation_of
 from ..pattern import attr_value
 from ..rule import Rule, dims, not_float32
 
@@ -210,14 +210,6 @@ def activated(kind: str, act):
         return act(op, op.Optional.Reshape(matmul(op, kind, a, b, c), shape, _name="reshape"))
     pattern.__name__ = f"{act.__name__}_of_{kind.lower()}"
     return pattern
-
-
-def activation_of(node: Node) -> dict:
-    if node.op_type == "Relu":
-        return activation_attrs("Relu")
-    if node.op_type == "Gelu":
-        return activation_attrs("GeluTanh" if attr_value(node, "approximate") == "tanh" else "Gelu")
-    return {"activation": node.attrs["activation"], "activation_params": node.attrs["activation_params"]}
 
 
 def epilogue_replace(op, m):

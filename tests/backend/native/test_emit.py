@@ -11,7 +11,7 @@ import numpy as np
 from autofusion.backend.lower import lower
 from autofusion.backend.native.emit import c_float, emit_model
 from autofusion.ir import DType, Graph, GraphBuilder
-from autofusion.ir.fused_ops import activation_attrs
+from autofusion.ir.activations import activation_attrs
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 

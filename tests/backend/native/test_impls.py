@@ -16,7 +16,7 @@ import autofusion
 from autofusion.backend.impl import implementations
 from autofusion.backend.native import unavailable
 from autofusion.ir import DType, Graph, GraphBuilder
-from autofusion.ir.fused_ops import activation_attrs
+from autofusion.ir.activations import activation_attrs
 
 pytestmark = pytest.mark.skipif(unavailable() is not None, reason=f"native backend: {unavailable()}")
 
@@ -367,3 +367,44 @@ def test_attention_refuses_a_run_time_mask_that_must_zero_dead_rows():
     g = graph({"q": (1, 2, 4, 8), "k": (1, 2, 4, 8), "v": (1, 2, 4, 8), "m": (1, 1, 4, 4)},
               lambda op, q, k, v, m: [(op.Attention(q, k, v, m, scale=0.3, nan_to_zero=1), (1, 2, 4, 8))])
     assert "rules out" in refusal(g)
+
+
+# ---- blocks of a tensor: Gather by one index, Slice, Split ------------------------------------
+
+def test_gather_by_one_index():
+    index = lambda op, i: op.graph.add_constant(op.graph.fresh_name("i"), np.array(i, np.int64))  # noqa: E731
+    check_native(graph({"x": (3, 2, 4, 5)}, lambda op, x: [
+        (op.Gather(x, index(op, 1), axis=0), (2, 4, 5)), (op.Gather(x, index(op, -1), axis=2), (3, 2, 5)),
+        (op.Gather(x, op.constant(np.array([2], np.int64), "i"), axis=3), (3, 2, 4, 1))]))
+
+
+def test_gather_by_many_indices_is_refused():
+    g = graph({"x": (3, 4)}, lambda op, x: [(op.Gather(x, op.constant(np.array([2, 0], np.int64), "i")), (2, 4))])
+    assert "not a single block" in refusal(g)
+
+
+def test_slice():
+    ints = lambda *v: np.array(v, np.int64)   # noqa: E731
+    check_native(graph({"x": (2, 6, 8)}, lambda op, x: [
+        (op.Slice(x, op.constant(ints(1, -6), "s"), op.constant(ints(5, 2**63 - 1), "e"),
+                  op.constant(ints(1, 2), "a")), (2, 4, 6))]))
+
+
+def test_split_into_every_output():
+    def build(op, x):
+        a, b, c = op.Split(x, op.constant(np.array([2, 3, 1], np.int64), "s"), axis=1, _outputs=3)
+        for v, n in ((a, 2), (b, 3), (c, 1)):
+            v.shape, v.dtype = (2, n, 4), DType.FLOAT
+        return [(op.Relu(a), (2, 2, 4)), (b, (2, 3, 4)), (op.Tanh(c), (2, 1, 4))]
+    check_native(graph({"x": (2, 6, 4)}, build))
+
+
+def test_onnx_layer_normalization():
+    check_native(graph({"x": (2, 5, 16)}, lambda op, x: [(op.LayerNormalization(
+        x, const(op, 16), const(op, 16), axis=-1, epsilon=1e-5), (2, 5, 16))]))
+
+
+def test_a_step_oneDNN_cannot_create_is_an_error_naming_the_node():
+    g = graph({"x": (1, 4, 6, 6)}, lambda op, x: [(op.Conv(x, const(op, 4, 4, 3, 3)), (1, 4, 5, 5))])
+    with pytest.raises(autofusion.KernelBuildError, match=r"^node 'Conv' \(Conv\): could not create"):
+        autofusion.compile(g, level=0, backend="native")   # a 3x3 conv of 6x6 is 4x4, not 5x5

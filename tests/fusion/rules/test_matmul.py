@@ -13,7 +13,8 @@ import autofusion
 from autofusion.backend.torch_cpu import KERNELS, fused as fused_kernels
 from autofusion.ir import DType, Graph
 from autofusion.ir.builder import GraphBuilder
-from autofusion.ir.fused_ops import activation_attrs, decompose
+from autofusion.ir.activations import activation_attrs
+from autofusion.ir.fused_ops import decompose
 
 from .harness import assert_same_outputs, fuse, matched, near_miss, node, onnx_model, ops, torch_model
 

@@ -75,6 +75,8 @@ class Partition {
   // layer norm over the axes from `axis` on of (src + residual); scale/bias constants or -1
   void layer_norm(int dst, int src, int scale, int bias, int residual, int axis, float epsilon);
   void transpose(int dst, int src, const std::vector<int>& perm);
+  // the block of src at `offsets` of extent `sizes` (src's rank; dst may drop unit axes)
+  void slice(int dst, int src, const Dims& offsets, const Dims& sizes);
   // dst is src with another shape (the same plain bytes): a view, or a copy where dst is output
   void reshape(int dst, int src);
   // softmax(q·kᵀ·scale + mask)·v, mask -1 when there is none

@@ -610,6 +610,15 @@ void Partition::transpose(int dst, int src, const std::vector<int>& perm) {
   m.finish(dst, y);
 }
 
+void Partition::slice(int dst, int src, const Dims& offsets, const Dims& sizes) {
+  Impl& m = *impl_;
+  int x = m.ensure(src, plain(m.val(src).shape));
+  memory::desc block = plain(m.val(src).shape).submemory_desc(sizes, offsets);
+  int y = m.produce(dst, plain(m.val(dst).shape));
+  m.reorder(x, block, y, plain(sizes));
+  m.finish(dst, y);
+}
+
 void Partition::reshape(int dst, int src) {
   Impl& m = *impl_;
   Val& d = m.val(dst);

@@ -1,0 +1,41 @@
+"""Specialising a graph with symbolic dimensions to the sizes of one call.
+
+Native partitions need static shapes. A model exported with dynamic axes ("batch", "seq") gets,
+on the first call with new sizes, a copy of its graph with those sizes written into every shape
+and the op table's shape rules run again (so reshape targets read off a Shape become static);
+that copy is lowered and built like any static graph. The copy shares the constants' data and
+the nodes' attributes; the original graph is never changed.
+"""
+from __future__ import annotations
+
+from ..ir import Graph, Node, Shape, Value
+from ..passes import refine_shapes
+
+
+def symbolic_dims(graph: Graph) -> set[str]:
+    return {d for v in graph.inputs for d in (v.shape or ()) if isinstance(d, str)}
+
+
+def specialise(graph: Graph, sizes: dict[str, int]) -> Graph:
+    """A copy of the graph with each symbolic dimension in `sizes` replaced by its size."""
+    def sized(shape: Shape) -> Shape:
+        return None if shape is None else tuple(sizes.get(d, d) if isinstance(d, str) else d for d in shape)
+
+    g = Graph(graph.name, graph.opset)
+    copies: dict[int, Value] = {}
+    for v in graph.inputs:
+        copies[id(v)] = g.add_input(v.name, sized(v.shape), v.dtype)
+    for v in graph.constants.values():
+        copies[id(v)] = g.add_constant(v.name, v.const, v.dtype)
+    for n in graph.nodes:
+        outs = [Value(o.name, sized(o.shape), o.dtype) for o in n.outputs]
+        copies.update((id(o), c) for o, c in zip(n.outputs, outs))
+        copy = Node(n.op_type, [None if v is None else copies[id(v)] for v in n.inputs], outs,
+                    n.attrs, n.name, n.domain, n.origin)
+        copy.meta = dict(n.meta)
+        g.insert(copy)
+    g.outputs = [copies[id(v)] for v in graph.outputs]
+    for _ in range(4):   # a refined shape can let the next rule tell more
+        if not refine_shapes(g):
+            break
+    return g

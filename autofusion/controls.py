@@ -1,0 +1,56 @@
+"""The compile controls: the fusion level, the list of rules to leave off and the backend, taken
+from the arguments, else the environment (our variables, or the original's as aliases), else the
+defaults.
+What each level does is fusion/pipeline.py's business; this file only decides which one runs.
+"""
+from __future__ import annotations
+
+import os
+from typing import Iterable
+
+from .backend.lower import BACKENDS
+from .errors import AutofusionError
+from .fusion import rule_names
+
+LEVELS = (0, 1, 2)
+DEFAULT_LEVEL = 2
+
+# Our own variable names first; the original's names are honoured as aliases.
+LEVEL_VARS = ("AUTOFUSION_LEVEL", "CANN_GRAPH_FUSION")
+DISABLE_VARS = ("AUTOFUSION_DISABLE", "GE_FUSION_DISABLE_LIST")
+BACKEND_VAR = "AUTOFUSION_BACKEND"
+
+
+def resolve_controls(level: int | None, disable: Iterable[str] | str | None) -> tuple[int, list[str]]:
+    """Level and disable list from the arguments, else the environment, else the defaults."""
+    if level is None:
+        for var in LEVEL_VARS:
+            if os.environ.get(var, "").strip():
+                raw = os.environ[var].strip()
+                if not raw.isdigit():
+                    raise AutofusionError(f"{var}={raw!r}: the fusion level must be 0, 1 or 2")
+                level = int(raw)
+                break
+        else:
+            level = DEFAULT_LEVEL
+    if level not in LEVELS:
+        raise AutofusionError(f"fusion level {level} does not exist; choose 0, 1 or 2")
+    if disable is None:
+        disable = next((os.environ[v] for v in DISABLE_VARS if os.environ.get(v, "").strip()), "")
+    if isinstance(disable, str):
+        disable = [d for d in (x.strip() for x in disable.replace(";", ",").split(",")) if d]
+    disable = list(dict.fromkeys(disable))
+    unknown = [d for d in disable if d not in rule_names()]
+    if unknown:
+        raise AutofusionError(f"unknown fused-op name(s) in the disable list: {', '.join(unknown)}; "
+                              f"valid names: {', '.join(sorted(rule_names()))}")
+    return level, disable
+
+
+def resolve_backend(backend: str | None) -> str:
+    """The backend from the argument, else AUTOFUSION_BACKEND, else auto."""
+    chosen = backend or os.environ.get(BACKEND_VAR, "").strip() or "auto"
+    if chosen not in BACKENDS:
+        where = "" if backend else f"{BACKEND_VAR}="
+        raise AutofusionError(f"{where}{chosen!r}: the backend must be one of {', '.join(BACKENDS)}")
+    return chosen

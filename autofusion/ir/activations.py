@@ -1,0 +1,129 @@
+"""Activations, each declared once: its parameters, its meaning in ONNX ops, its PyTorch form and
+its oneDNN eltwise form. Rules, decompositions, the torch kernels and the native emitter all read
+this table.
+
+A fused op carries its activation as an attribute pair: `activation` (a name below: an ONNX op
+name, "SiLU", "GeluTanh", or "" for none) and `activation_params` (its float parameters in the
+entry's order). The PyTorch form takes torch.nn.functional as its first argument, so the IR does
+not import torch. The oneDNN form is a list of (algorithm, alpha, beta) in native/runtime's
+names (native.h `Alg`).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from .graph import Node, Value
+
+inf = math.inf
+
+
+@dataclass(frozen=True)
+class Activation:
+    params: dict[str, float]   # name → default, in attribute order
+    onnx: Callable             # (op, x, *params) → Value
+    torch: Callable            # (F, x, *params) → Tensor
+    onednn: Callable           # (*params) → [(algorithm, alpha, beta)]
+
+
+def _clamp(F, x, low, high):
+    return x.clamp(None if math.isinf(low) else low, None if math.isinf(high) else high)
+
+
+def _hard_sigmoid(F, x, alpha, beta):
+    return F.hardsigmoid(x) if (alpha, beta) == (1 / 6, 0.5) else (x * alpha + beta).clamp(0, 1)
+
+
+ACTIVATIONS: dict[str, Activation] = {
+    "": Activation({}, lambda op, x: x, lambda F, x: x, lambda: []),
+    "Relu": Activation({}, lambda op, x: op.Relu(x), lambda F, x: F.relu(x),
+                       lambda: [("Relu", 0.0, 0.0)]),
+    "LeakyRelu": Activation({"alpha": 0.01}, lambda op, x, alpha: op.LeakyRelu(x, alpha=alpha),
+                            lambda F, x, alpha: F.leaky_relu(x, alpha),
+                            lambda alpha: [("Relu", alpha, 0.0)]),
+    "Clip": Activation({"min": -inf, "max": inf},
+                       lambda op, x, min, max: op.Clip(x, scalar_constant(op, min, x), scalar_constant(op, max, x)),
+                       _clamp, lambda min, max: [("Clip", min, max)]),
+    "Sigmoid": Activation({}, lambda op, x: op.Sigmoid(x), lambda F, x: x.sigmoid(),
+                          lambda: [("Logistic", 0.0, 0.0)]),
+    "Tanh": Activation({}, lambda op, x: op.Tanh(x), lambda F, x: x.tanh(),
+                       lambda: [("Tanh", 0.0, 0.0)]),
+    "HardSigmoid": Activation({"alpha": 0.2, "beta": 0.5},
+                              lambda op, x, alpha, beta: op.HardSigmoid(x, alpha=alpha, beta=beta),
+                              _hard_sigmoid, lambda alpha, beta: [("HardSigmoid", alpha, beta)]),
+    # x·HardSigmoid(x): the HardSwish op itself needs opset 14
+    "HardSwish": Activation({}, lambda op, x: op.Mul(x, op.HardSigmoid(x, alpha=1 / 6, beta=0.5)),
+                            lambda F, x: F.hardswish(x), lambda: [("HardSwish", 1 / 6, 0.5)]),
+    "Elu": Activation({"alpha": 1.0}, lambda op, x, alpha: op.Elu(x, alpha=alpha),
+                      lambda F, x, alpha: F.elu(x, alpha), lambda alpha: [("Elu", alpha, 0.0)]),
+    "SiLU": Activation({}, lambda op, x: op.Mul(x, op.Sigmoid(x)), lambda F, x: F.silu(x),
+                       lambda: [("Swish", 1.0, 0.0)]),
+    "Gelu": Activation({}, lambda op, x: gelu(op, x, "none"), lambda F, x: F.gelu(x),
+                       lambda: [("GeluErf", 0.0, 0.0)]),
+    "GeluTanh": Activation({}, lambda op, x: gelu(op, x, "tanh"),
+                           lambda F, x: F.gelu(x, approximate="tanh"), lambda: [("GeluTanh", 0.0, 0.0)]),
+}
+
+
+def activation_attrs(name: str, **params: float) -> dict:
+    """The attribute pair for an activation, parameters in the table's order."""
+    return {"activation": name,
+            "activation_params": [float(params.get(k, d)) for k, d in ACTIVATIONS[name].params.items()]}
+
+
+def activation(node: Node) -> tuple[Activation, list[float]]:
+    """A fused node's activation entry and its parameters."""
+    act = ACTIVATIONS[node.attr("activation", "")]
+    return act, list(node.attr("activation_params", list(act.params.values())))
+
+
+def apply_activation(op, node: Node, x: Value) -> Value:
+    """The node's activation of x, in ONNX ops."""
+    act, params = activation(node)
+    return act.onnx(op, x, *params)
+
+
+def activation_of(act: Node) -> dict:
+    """The attribute pair that stands for an activation node (an ONNX one or a fused one)."""
+    if act.op in ("autofusion::Activation",) or "activation" in act.attrs:
+        return {"activation": act.attr("activation", ""),
+                "activation_params": list(act.attr("activation_params", []))}
+    if act.op_type == "Gelu":
+        return activation_attrs("GeluTanh" if act.attr("approximate") == "tanh" else "Gelu")
+    if act.op_type == "Clip":
+        low, high = clip_bounds(act)
+        return activation_attrs("Clip", min=low, max=high)
+    schema_defaults = ACTIVATIONS[act.op_type].params
+    return activation_attrs(act.op_type, **{k: act.attr(k, d) for k, d in schema_defaults.items()})
+
+
+def clip_bounds(clip: Node) -> tuple[float, float] | None:
+    """Clip's (min, max): from its inputs (opset ≥ 11) or attributes; ±inf when absent; None when
+    a bound is computed at run time."""
+    if clip.graph is not None and clip.graph.opset.get("", 21) < 11:
+        return float(clip.attr("min", -inf)), float(clip.attr("max", inf))
+    bounds = []
+    for i, default in ((1, -inf), (2, inf)):
+        v = clip.input(i)
+        if v is not None and (v.const is None or v.const.size != 1):
+            return None
+        bounds.append(default if v is None else float(v.const.reshape(-1)[0]))
+    return bounds[0], bounds[1]
+
+
+def scalar_constant(op, x: float, like: Value) -> Value:
+    dtype = like.dtype.numpy if like.dtype is not None else np.float32
+    return op.constant(np.array(x, dtype=dtype), "c")
+
+
+def gelu(op, x: Value, approximate: str) -> Value:
+    """GELU in ONNX ops: 0.5·x·(1 + erf(x/√2)), or its tanh approximation."""
+    if approximate == "tanh":   # 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
+        inner = op.Mul(scalar_constant(op, math.sqrt(2 / math.pi), x),
+                       op.Add(x, op.Mul(scalar_constant(op, 0.044715, x), op.Mul(x, op.Mul(x, x)))))
+        return op.Mul(op.Mul(scalar_constant(op, 0.5, x), x), op.Add(scalar_constant(op, 1.0, x), op.Tanh(inner)))
+    return op.Mul(op.Mul(scalar_constant(op, 0.5, x), x),
+                  op.Add(scalar_constant(op, 1.0, x), op.Erf(op.Div(x, scalar_constant(op, math.sqrt(2), x)))))

@@ -1,0 +1,99 @@
+"""Symbolic-dimension arithmetic: the dims of a shape are ints, symbolic names (str) or None
+where unknown, and these functions compute with them without guessing — numpy broadcasting,
+ONNX's slice clamping, the dims a shape tensor holds, and the dim a Reshape's -1 stands for.
+"""
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+from .graph import Dim, Shape, Value
+
+
+def broadcast_shapes(*shapes: Shape) -> Shape:
+    """Numpy broadcasting over possibly symbolic shapes; None where it cannot be known."""
+    if any(s is None for s in shapes):
+        return None
+    rank = max((len(s) for s in shapes), default=0)
+    out: list[Dim] = []
+    for i in range(rank):
+        dims = {s[len(s) - rank + i] for s in shapes if len(s) - rank + i >= 0}
+        dims.discard(1)
+        if not dims:
+            out.append(1)
+        elif len(dims) == 1:
+            out.append(dims.pop())
+        else:
+            static = {d for d in dims if isinstance(d, int)}
+            if len(static) > 1:
+                raise ValueError(f"shapes {shapes} do not broadcast")
+            out.append(static.pop() if static else None)
+    return tuple(out)
+
+
+def slice_bounds(d: int, start: int, end: int, step: int) -> tuple[int, int, int]:
+    """Slice bounds clamped as the ONNX spec says: negatives count from the end, then starts go
+    to [0, d] stepping forward and [0, d-1] stepping back, ends to [0, d] and [-1, d-1]. (Python's
+    slice.indices differs going back from before -d: it takes nothing where ONNX starts at 0.)
+    The end comes back as Python's range wants it: -1 means "past index 0", not "the last"."""
+    if step == 0:
+        raise ValueError("Slice step 0")
+    start, end = start + d if start < 0 else start, end + d if end < 0 else end
+    if step > 0:
+        return min(max(start, 0), d), min(max(end, 0), d), step
+    return min(max(start, 0), d - 1), min(max(end, -1), d - 1), step
+
+
+def shape_value(v: Value | None, depth: int = 0) -> list[Dim] | None:
+    """The value of a 1-D integer tensor that holds dims, as dims (ints, symbolic names, None
+    where unknown), when it is computed the way exporters build reshape targets: a Concat of
+    constants and of dims picked (Gather, Slice) out of a Shape. None if it is computed any
+    other way."""
+    if v is None or depth > 16:
+        return None
+    if v.const is not None:
+        c = v.const
+        return [int(d) for d in c.reshape(-1)] if c.dtype.kind in "iu" and c.ndim <= 1 else None
+    node = v.producer
+    if node is None or node.domain or (v.rank is not None and v.rank > 1):
+        return None
+    op, src = node.op_type, node.inputs[0]
+    if op == "Shape":
+        return None if src.shape is None else list(src.shape[node.attr("start", 0):node.attr("end")])
+    if op in ("Cast", "Identity", "Squeeze", "Unsqueeze"):   # a scalar dim ↔ a 1-element list
+        return shape_value(src, depth + 1)
+    if op == "Concat":
+        parts = [shape_value(i, depth + 1) for i in node.inputs]
+        return None if any(p is None for p in parts) else [d for p in parts for d in p]
+    picked = shape_value(src, depth + 1) if op in ("Gather", "Slice") else None
+    if picked is None or any(i is not None and i.const is None for i in node.inputs[1:]):
+        return None
+    if op == "Gather" and node.attr("axis", 0) == 0:
+        idx = node.inputs[1].const.reshape(-1).tolist()
+        return [picked[i] for i in idx] if all(-len(picked) <= i < len(picked) for i in idx) else None
+    if op == "Slice" and len(node.inputs) >= 3:
+        start, end, *rest = (None if i is None else int(i.const.reshape(-1)[0]) for i in node.inputs[1:])
+        if rest and rest[0] not in (None, 0, -1):
+            return None
+        start, end, step = slice_bounds(len(picked), start, end,
+                                        rest[1] if len(rest) > 1 and rest[1] is not None else 1)
+        return [picked[i] for i in range(start, end, step)]
+    return None
+
+
+def inferred_dim(total: Shape, others: list[Dim]) -> Dim:
+    """The dim a Reshape's -1 stands for: the element count of `total` over that of `others`,
+    cancelling symbolic dims (x [b, s, 768] viewed as [b, -1, 12, 64] gives s)."""
+    if total is None or None in total or None in others:
+        return None
+    num, den = Counter(d for d in total if isinstance(d, str)), Counter(d for d in others if isinstance(d, str))
+    if den - num:
+        return None
+    left = num - den
+    n = math.prod(d for d in total if isinstance(d, int))
+    m = math.prod(d for d in others if isinstance(d, int))
+    if m == 0 or n % m:
+        return None
+    if not left:
+        return n // m
+    return next(iter(left)) if n == m and sum(left.values()) == 1 else None
