@@ -88,7 +88,7 @@ def test_an_unknown_backend_is_an_error_naming_the_choices(monkeypatch):
 
 @needs_native
 def test_symbolic_sizes_get_a_native_program_each_on_first_use():
-    model = autofusion.compile(conv_relu_model(), level=0)
+    model = autofusion.compile(conv_relu_model(), level=0, backend="auto")
     reference = autofusion.compile(conv_relu_model(), level=0, backend="torch")
     assert {d.impl.target for d in model.plan.decisions.values()} == {"torch"}   # N is symbolic
     assert "specialised to each new set of input sizes" in model.report.backend
