@@ -88,6 +88,31 @@ Dims onednn_dilations(const Dims& d) {
 
 size_t align_up(size_t n) { return (n + 63) / 64 * 64; }
 
+// A dense operand `b` seen with the axis order of `a`'s strides (nhwc for an nhwc `a`): the same
+// bytes where b broadcasts (its size-1 axes have no stride that matters), and the form oneDNN's
+// fast binary kernels want; b as it is where a has inner blocks or b is not dense.
+memory::desc in_order_of(const memory::desc& b, const memory::desc& a) {
+  if (a.get_format_kind() != memory::format_kind::blocked || a.get_inner_nblks() != 0 ||
+      b.get_format_kind() != memory::format_kind::blocked || b.get_inner_nblks() != 0 ||
+      a.get_ndims() != b.get_ndims() || b != plain(b.get_dims()))
+    return b;
+  Dims sa = a.get_strides(), dims = b.get_dims();
+  std::vector<int> order(dims.size());   // axes from the outermost stride to the innermost
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return sa[x] > sa[y]; });
+  std::vector<int> moved;   // b's axes of size > 1, in a's order: b's bytes only if ascending
+  for (int x : order)
+    if (dims[x] > 1) moved.push_back(x);
+  if (!std::is_sorted(moved.begin(), moved.end())) return b;
+  Dims strides(dims.size());
+  int64_t step = 1;
+  for (size_t i = order.size(); i-- > 0;) {
+    strides[order[i]] = step;
+    step *= dims[order[i]];
+  }
+  return memory::desc(dims, dt::f32, strides);
+}
+
 }  // namespace
 
 enum class Kind { Input, Output, Constant, Internal };
@@ -461,8 +486,9 @@ void Partition::binary(int dst, int a, int b, Bin op, const Acts& acts, bool in_
   } else {
     y = m.produce(dst, md);
   }
-  dnnl::binary::primitive_desc pd(m.eng, binary_alg(op), md, m.md_of(b), md, m.attr(acts));
-  m.add(pd, dnnl::binary(pd), {Impl::use(DNNL_ARG_SRC_0, a), Impl::use(DNNL_ARG_SRC_1, b),
+  memory::desc b_md = in_order_of(m.md_of(b), md);
+  dnnl::binary::primitive_desc pd(m.eng, binary_alg(op), md, b_md, md, m.attr(acts));
+  m.add(pd, dnnl::binary(pd), {Impl::use(DNNL_ARG_SRC_0, a), Impl::view(DNNL_ARG_SRC_1, b, b_md),
                                Impl::use(DNNL_ARG_DST, y)});
   m.finish(dst, y);
 }
