@@ -408,3 +408,13 @@ def test_a_step_oneDNN_cannot_create_is_an_error_naming_the_node():
     g = graph({"x": (1, 4, 6, 6)}, lambda op, x: [(op.Conv(x, const(op, 4, 4, 3, 3)), (1, 4, 5, 5))])
     with pytest.raises(autofusion.KernelBuildError, match=r"^node 'Conv' \(Conv\): could not create"):
         autofusion.compile(g, level=0, backend="native")   # a 3x3 conv of 6x6 is 4x4, not 5x5
+
+
+def test_binary_after_a_convolution_reads_its_other_operand_right():
+    """The conv's output is in oneDNN's layout (nhwc here); a per-channel operand is read in that
+    axis order, a full-shape dense one as it is."""
+    def build(op, x, full):
+        c = op.Conv(x, const(op, 24, 8, 1, 1))
+        c.shape, c.dtype = (1, 24, 5, 5), DType.FLOAT
+        return [(op.Mul(c, const(op, 1, 24, 1, 1)), (1, 24, 5, 5)), (op.Add(c, full), (1, 24, 5, 5))]
+    check_native(graph({"x": (1, 8, 5, 5), "full": (1, 24, 5, 5)}, build))
