@@ -9,19 +9,16 @@ the generated code tells which node failed, and the error names it.
 from __future__ import annotations
 
 import linecache
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import torch
 
-from ..errors import InputError, KernelBuildError, NodeExecutionError, UnsupportedOpError
-from ..ir import Graph, Node, Value
+from ..errors import KernelBuildError, NodeExecutionError, UnsupportedOpError
+from ..ir import Graph, Node
 from .impl import torch_impl
 from .lower import Plan
-from .torch_cpu import KERNELS, TORCH_DTYPES, to_torch
-
-Array = np.ndarray | torch.Tensor
-
+from .torch_cpu import KERNELS, to_torch
 
 def check_supported(graph: Graph) -> None:
     """Raise one UnsupportedOpError listing every node without a kernel."""
@@ -42,7 +39,7 @@ class Program:
         filename = f"<autofusion:{graph.name}:{id(self)}>"
         linecache.cache[filename] = (len(self.source), None, self.source.splitlines(True), filename)
         exec(compile(self.source, filename, "exec"), namespace)
-        self.constant_storages = {_storage(t) for t in namespace.values() if isinstance(t, torch.Tensor)}
+        self.constant_storages = {storage(t) for t in namespace.values() if isinstance(t, torch.Tensor)}
         self.fn: Callable[..., tuple] = namespace["run"]
         self.filename = filename
 
@@ -143,11 +140,11 @@ class Program:
         return node
 
 
-def _storage(t: torch.Tensor) -> int:
+def storage(t: torch.Tensor) -> int:
     return t.untyped_storage().data_ptr()
 
 
-def _to_numpy(t: torch.Tensor) -> np.ndarray:
+def to_numpy(t: torch.Tensor) -> np.ndarray:
     if not isinstance(t, torch.Tensor):
         return np.asarray(t)
     if t.dtype == torch.bfloat16:
@@ -164,4 +161,4 @@ def evaluate_node(node: Node, arrays) -> list[np.ndarray]:
     with torch.inference_mode():
         out = fn(*args)
     outs = out if isinstance(out, (tuple, list)) else (out,)
-    return [_to_numpy(t) for t in outs]
+    return [to_numpy(t) for t in outs]

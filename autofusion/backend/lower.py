@@ -119,7 +119,7 @@ def choose(node: Node, targets: tuple[str, ...]) -> Decision:
                                + "; ".join(f"{n}: {w}" for n, w in refused))
     best = min(accepted, key=lambda i: i.cost(node))   # ties: the first registered
     rejected = [(i.name, "costs more") for i in accepted if i is not best]
-    return Decision(node, best, [r for r in refused] + rejected)
+    return Decision(node, best, refused + rejected)
 
 
 def schedule(graph: Graph, target: dict[Node, str]) -> list[Node]:
@@ -128,20 +128,20 @@ def schedule(graph: Graph, target: dict[Node, str]) -> list[Node]:
     rank = {n: i for i, n in enumerate(nodes)}
     pending = {n: len({v.producer for v in n.inputs if v is not None and v.producer is not None})
                for n in nodes}
-    ready: dict[str, list[tuple[int, Node]]] = {"torch": [], "native": []}
+    ready: dict[str, list[int]] = {"torch": [], "native": []}   # ranks, in the graph's order
     for n in nodes:
         if not pending[n]:
-            heapq.heappush(ready[target[n]], (rank[n], id(n), n))
+            heapq.heappush(ready[target[n]], rank[n])
     order, current = [], None
     while ready["torch"] or ready["native"]:
         if current is None or not ready[current]:
-            current = min((t for t in ready if ready[t]), key=lambda t: ready[t][0][0])
-        _, _, n = heapq.heappop(ready[current])
+            current = min((t for t in ready if ready[t]), key=lambda t: ready[t][0])
+        n = nodes[heapq.heappop(ready[current])]
         order.append(n)
         for user in {u for v in n.outputs for u in v.users}:
             pending[user] -= 1
             if not pending[user]:
-                heapq.heappush(ready[target[user]], (rank[user], id(user), user))
+                heapq.heappush(ready[target[user]], rank[user])
     return order
 
 

@@ -11,7 +11,7 @@ import torch
 from ..errors import AutofusionError, InputError
 from ..ir import Graph, Value
 from . import native
-from .executor import Program, _storage, _to_numpy, check_supported
+from .executor import Program, check_supported, storage, to_numpy
 from .lower import lower
 from .specialise import specialise, symbolic_dims
 from .torch_cpu import TORCH_DTYPES
@@ -113,10 +113,10 @@ class CompiledModel:
             outs = program(*tensors)
         # an output sharing memory with a caller's input or a constant (Identity, a reshape or
         # slice view) is returned as a copy, so writing to it cannot change either
-        shared = program.constant_storages | {_storage(t) for t in tensors}
-        outs = [o.clone() if _storage(o) in shared else o for o in outs]
+        shared = program.constant_storages | {storage(t) for t in tensors}
+        outs = [o.clone() if storage(o) in shared else o for o in outs]
         if as_numpy:
-            return [_to_numpy(t) for t in outs], True
+            return [to_numpy(t) for t in outs], True
         return list(outs), False
 
     def _check_input(self, v: Value, a: Array) -> torch.Tensor:

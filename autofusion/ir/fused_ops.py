@@ -13,7 +13,7 @@ from typing import Callable
 
 import numpy as np
 
-from .activations import apply_activation, gelu, scalar_constant
+from .activations import apply_activation, gelu as gelu_in_onnx, scalar_constant
 from .builder import FUSED_DOMAIN, GraphBuilder
 from .graph import Graph, Node, Value
 from .ops import OpClass, OpDef, register
@@ -135,7 +135,7 @@ def reduce_mean(op: GraphBuilder, x: Value, axes: list[int]) -> Value:
 @fused_op("Gelu", OpClass.ELEMWISE, _same_as_input)
 def gelu(op: GraphBuilder, node: Node, x):
     """GELU, exact (erf) or with the tanh approximation."""
-    return [gelu(op, x, node.attr("approximate", "none"))]
+    return [gelu_in_onnx(op, x, node.attr("approximate", "none"))]
 
 
 @fused_op("Activation", OpClass.ELEMWISE, _same_as_input)

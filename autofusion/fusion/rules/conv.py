@@ -26,7 +26,7 @@ from ...ir import DType, Node, Value, geometry
 from ...ir.builder import FUSED_DOMAIN
 from ...ir.activations import activation_of, clip_bounds
 from ..pattern import Match, attr_value
-from ..rule import Rule, dims, scalar
+from ..rule import Rule, dims
 
 
 # ---- patterns: the convolution and what may follow it ---------------------------------------
