@@ -418,3 +418,42 @@ def test_binary_after_a_convolution_reads_its_other_operand_right():
         c.shape, c.dtype = (1, 24, 5, 5), DType.FLOAT
         return [(op.Mul(c, const(op, 1, 24, 1, 1)), (1, 24, 5, 5)), (op.Add(c, full), (1, 24, 5, 5))]
     check_native(graph({"x": (1, 8, 5, 5), "full": (1, 24, 5, 5)}, build))
+
+
+def _int64_graph(build):
+    g = Graph("case", {"": 21})
+    x = g.add_input("x", (2, 3), DType.INT64)
+    g.outputs = [build(GraphBuilder(g), x)]
+    return g
+
+
+REFUSALS = {   # one graph per implementation the tests above do not refuse already: (graph, reason)
+    "batch norm in training mode": (lambda: graph({"x": (1, 2, 3, 3)}, lambda op, x: [(op.BatchNormalization(
+        x, const(op, 2), const(op, 2), const(op, 2), const(op, 2, positive=True), training_mode=1), (1, 2, 3, 3))]),
+        "training mode"),
+    "a view of int64": (lambda: _int64_graph(lambda op, x: op.Flatten(x)), "int64"),
+    "Dropout with a training flag": (lambda: graph({"x": (2, 3), "t": (1,)}, lambda op, x, t: [(op.Dropout(
+        x, None, op.Cast(t, to=9)), (2, 3))]), "training mode"),
+    "concat of int64": (lambda: _int64_graph(lambda op, x: op.Concat(x, x, axis=0)), "int64"),
+    "transpose of int64": (lambda: _int64_graph(lambda op, x: op.Transpose(x, perm=[1, 0])), "int64"),
+    "a 1-D matmul operand": (lambda: graph({"x": (4,), "y": (4, 3)}, lambda op, x, y: [(op.MatMul(x, y), (3,))]),
+                             "1-D operand"),
+    "a bias varying along the batch": (lambda: graph({"x": (2, 4, 3, 3)}, lambda op, x: [(op.PoolGemm(
+        x, const(op, 4, 5), const(op, 2, 5)), (2, 5))]), "varies along the batch"),
+    "a broadcast residual of LayerNorm": (lambda: graph({"x": (2, 3, 8), "r": (1, 3, 8)}, lambda op, x, r: [(
+        op.LayerNorm(x, None, None, r, axis=-1), (2, 3, 8))]), "residual broadcasts"),
+    "a broadcast scale of LayerNormalization": (lambda: graph({"x": (2, 3, 8)}, lambda op, x: [(
+        op.LayerNormalization(x, const(op, 1), axis=-1), (2, 3, 8))]), "broadcasts over the normalized axes"),
+    "a symbolic eltwise": (lambda: graph({"x": ("n", 4)}, lambda op, x: [(op.Tanh(x), ("n", 4))]), "static shapes"),
+    "a symbolic pool": (lambda: graph({"x": ("n", 4, 5, 5)}, lambda op, x: [(op.GlobalMaxPool(x), ("n", 4, 1, 1))]),
+                        "static shapes"),
+    "a softmax of int64": (lambda: _int64_graph(lambda op, x: op.Softmax(x)), "int64"),
+}
+
+
+@pytest.mark.parametrize("case", REFUSALS)
+def test_checks_refuse_with_their_reason(case):
+    build, reason = REFUSALS[case]
+    g = build()
+    node = next(n for n in g.nodes if implementations(n.op, "native") and n.op_type != "Cast")
+    assert reason in refusal(g, node.name)
