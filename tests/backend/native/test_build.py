@@ -70,3 +70,13 @@ def test_without_a_compiler_the_torch_backend_runs_and_the_report_says_so(monkey
             autofusion.compile(relu_graph(), backend="native")
     finally:
         build.toolchain.cache_clear()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/maps")
+def test_torch_and_native_code_share_one_openmp_runtime():
+    """oneDNN links libgomp.so.1; PyTorch's own libgomp carries that soname and is loaded first,
+    so both run on one OpenMP pool instead of two fighting over the cores."""
+    autofusion.compile(relu_graph(), backend="native")(np.ones((2, 8), np.float32))
+    with open("/proc/self/maps") as maps:
+        runtimes = {line.split()[-1] for line in maps if "libgomp" in line or "libiomp" in line}
+    assert len(runtimes) == 1, runtimes
