@@ -96,10 +96,16 @@ def pin_threads(threads: int) -> None:
         pass
 
 
-def system_entries(systems) -> list[dict]:
-    """The results' list of systems, in column order."""
-    return [{"name": s.name, "label": s.label, "peer": s.peer, "precision": s.precision}
-            for s in systems]
+def new_results(prog: str, argv: list[str], settings, reference: str, systems) -> dict:
+    """The results document before any model ran: the machine, the settings, the systems."""
+    return {
+        "machine": machine_info(" ".join([prog, shlex.join(argv)]).strip()),
+        "settings": asdict(settings),
+        "reference": reference,
+        "systems": [{"name": s.name, "label": s.label, "peer": s.peer, "precision": s.precision}
+                    for s in systems if s.name in settings.systems],
+        "models": {},
+    }
 
 
 def main(argv: list[str] | None = None, prog: str = "autofusion bench") -> int:
@@ -116,13 +122,7 @@ def main(argv: list[str] | None = None, prog: str = "autofusion bench") -> int:
     out.mkdir(parents=True, exist_ok=True)
 
     progress = Progress()
-    results = {
-        "machine": machine_info(" ".join([prog, shlex.join(argv)]).strip()),
-        "settings": asdict(settings),
-        "reference": REFERENCE,
-        "systems": system_entries(s for s in all_systems() if s.name in settings.systems),
-        "models": {},
-    }
+    results = new_results(prog, argv, settings, REFERENCE, all_systems())
     for i, name in enumerate(settings.models, 1):
         progress.step(f"model {i}/{len(settings.models)}: {name}")
         results["models"][name] = benchmark_model(name, settings, progress)

@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import shlex
 import sys
-from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -30,8 +28,8 @@ import torch
 from onnx import TensorProto, helper, numpy_helper
 
 from . import report
-from .cli import parse_names, pin_threads, system_entries
-from .machine import machine_info, usable_cores
+from .cli import new_results, parse_names, pin_threads
+from .machine import usable_cores
 from .progress import Progress
 from .runner import Settings, run_case
 from .systems import Autofusion, ModelCase, OnnxRuntime, OpenVino, System
@@ -213,13 +211,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m benchmarks.micro"
     out.mkdir(parents=True, exist_ok=True)
 
     progress = Progress()
-    results = {
-        "machine": machine_info(" ".join([prog, shlex.join(argv)]).strip()),
-        "settings": asdict(settings),
-        "reference": REFERENCE,
-        "systems": system_entries(s for s in micro_systems() if s.name in settings.systems),
-        "models": {},
-    }
+    results = new_results(prog, argv, settings, REFERENCE, micro_systems())
     for name in settings.models:
         results["models"][name] = benchmark(name, settings, progress)
     progress.clear()

@@ -1,8 +1,9 @@
 """Run a graph: generated straight-line Python over bound kernels, native partitions and constants.
 
-Each node becomes one line `v7 = k3(v2, c1)` of a generated function; kernels are built once per
-node at compile time (attributes parsed, constant inputs read) and constants are converted to
-torch tensors once. Values are dropped (`del`) right after their last use so memory follows the
+Each torch step of the plan becomes one line `v7 = k3(v2, c1)` of a generated function, each
+native partition one line `v8, v9, = p4(v7, in0)` (one C call for all its nodes). Kernels are
+built once per node at compile time (attributes parsed, constant inputs read) and constants are
+converted to torch tensors once. Values are dropped (`del`) right after their last use so memory follows the
 live set. No per-op lookup happens at call time. When a kernel raises, the traceback's line in
 the generated code tells which node failed, and the error names it.
 """
@@ -19,6 +20,7 @@ from ..ir import Graph, Node
 from .impl import torch_impl
 from .lower import Plan
 from .torch_cpu import KERNELS, to_torch
+
 
 def check_supported(graph: Graph) -> None:
     """Raise one UnsupportedOpError listing every node without a kernel."""

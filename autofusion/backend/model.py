@@ -152,5 +152,3 @@ class CompiledModel:
                                          f"but {seen[d][1]} gave {d!r} = {seen[d][0]}")
                     seen.setdefault(d, (size, repr(v.name)))
         return {d: size for d, (size, _) in seen.items()}
-
-

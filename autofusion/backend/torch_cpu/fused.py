@@ -18,10 +18,9 @@ import torch.nn.functional as F
 
 from ...errors import KernelBuildError
 from ...ir import DType, Node
-from ...ir.builder import fused
 from ...ir.activations import activation
+from ...ir.builder import fused
 from .common import Kernel, const_input, kernel, torch_dtype
-
 
 
 def baked(fn: Kernel, *indices: int) -> Kernel:

@@ -20,6 +20,7 @@
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace af {
 
@@ -166,6 +167,18 @@ struct Partition::Impl {
 
   [[noreturn]] void fail(const std::string& what) const {
     throw std::runtime_error("node '" + node + "': " + what);
+  }
+
+  // a value bound by slot (input, output, constant): dense, its layout fixed
+  Val& declare(int id, Kind kind, int slot, const Dims& shape) {
+    Val v;
+    v.kind = kind;
+    v.slot = slot;
+    v.shape = shape;
+    v.layout = Layout::Plain;
+    v.md = plain(shape);
+    v.has_md = true;
+    return vals[id] = v;
   }
 
   Val& val(int id) {
@@ -338,6 +351,13 @@ struct Partition::Impl {
       }
       if (scratch_size) e.bound[DNNL_ARG_SCRATCHPAD] = scratch;
     }
+    // a constant no step reads as it is (a weight now lives reordered) needs its copy no more
+    std::unordered_set<int> read;
+    for (auto& e : execs)
+      for (auto& a : e.args)
+        if (a.value >= 0) read.insert(root(a.value));
+    for (auto& [id, v] : vals)
+      if (v.kind == Kind::Constant && !read.count(id)) v.owned = memory();
   }
 
   void run(void* const* inputs, void* const* outputs) {
@@ -361,38 +381,19 @@ Partition::Partition(const void* const* constants) : impl_(new Impl(constants)) 
 Partition::~Partition() = default;
 
 void Partition::input(int id, int slot, const Dims& shape) {
-  Val v;
-  v.kind = Kind::Input;
-  v.slot = slot;
-  v.shape = shape;
-  v.layout = Layout::Plain;
-  v.md = plain(shape);
-  v.has_md = true;
-  impl_->vals[id] = v;
+  impl_->declare(id, Kind::Input, slot, shape);
   if (int(impl_->input_mems.size()) <= slot) impl_->input_mems.resize(slot + 1);
 }
 
 void Partition::output(int id, int slot, const Dims& shape) {
-  Val v;
-  v.kind = Kind::Output;
-  v.slot = slot;
-  v.shape = shape;
-  v.layout = Layout::Plain;
-  impl_->vals[id] = v;
+  impl_->declare(id, Kind::Output, slot, shape).has_md = false;   // written by its producer
   if (int(impl_->output_mems.size()) <= slot) impl_->output_mems.resize(slot + 1);
 }
 
 void Partition::constant(int id, int slot, const Dims& shape) {
-  Val v;
-  v.kind = Kind::Constant;
-  v.slot = slot;
-  v.shape = shape;
-  v.layout = Layout::Plain;
-  v.md = plain(shape);
-  v.has_md = true;
+  Val& v = impl_->declare(id, Kind::Constant, slot, shape);
   v.owned = memory(v.md, impl_->eng);
   std::memcpy(v.owned.get_data_handle(), impl_->constants[slot], v.md.get_size());
-  impl_->vals[id] = v;
 }
 
 void Partition::value(int id, const Dims& shape, int first, int last, Layout layout) {
