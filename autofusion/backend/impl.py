@@ -38,6 +38,7 @@ class Impl:
     plain_inputs: frozenset[int] = field(default_factory=frozenset)   # native: inputs read dense
     tensor_inputs: tuple[int, ...] | None = None   # the inputs read at run time (None: all)
     view: bool = False          # native: the output is the input's bytes with another shape
+    overwrites: Any = None      # native: node → the input it may write its output over, if any
     doc: str = ""
 
     def cost(self, node: Node) -> float:

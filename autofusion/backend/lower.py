@@ -20,7 +20,7 @@ import heapq
 from dataclasses import dataclass, field
 
 from ..errors import AutofusionError, KernelBuildError
-from ..ir import FUSED_DOMAIN, Graph, Node, Value
+from ..ir import Graph, Node, Value
 from .impl import Impl, implementations
 
 BACKENDS = ("auto", "native", "torch")
@@ -201,9 +201,10 @@ def plan_values(part: Partition, decisions: dict[Node, Decision], graph: Graph) 
     for v, vp in part.values.items():
         group_last[root[v]] = max(group_last.get(root[v], -1), vp.last)
     for n in part.nodes:
-        if n.op_type not in IN_PLACE_OPS or n.domain not in ("", FUSED_DOMAIN):
+        overwrites = decisions[n].impl.overwrites
+        if overwrites is None:
             continue
-        out, src = n.outputs[0], _in_place_operand(n)
+        out, src = n.outputs[0], overwrites(n)
         vp, sp = part.values.get(out), part.values.get(src)
         if vp is None or sp is None or src in views:
             continue
@@ -213,22 +214,3 @@ def plan_values(part: Partition, decisions: dict[Node, Decision], graph: Graph) 
         if vp.layout == "plain" and sp.layout != "plain":
             continue
         vp.in_place_of = src
-
-
-IN_PLACE_OPS = {"Relu", "LeakyRelu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Abs", "Neg", "Elu",
-                "HardSigmoid", "HardSwish", "Softplus", "Mish", "Clip", "Gelu", "Activation",
-                "Add", "Sub", "Mul", "Div", "Max", "Min"}
-
-
-def _in_place_operand(node: Node) -> Value | None:
-    """The operand a step may overwrite: the input of a unary op, the full-shape operand of a
-    binary one."""
-    if len(node.inputs) == 1 or node.op_type in ("Clip", "Gelu", "Activation"):
-        return node.inputs[0]
-    a, b = node.inputs[0], node.input(1)
-    out = node.outputs[0].shape
-    if a is not None and a.shape == out:
-        return a
-    if b is not None and b.shape == out and node.op_type in ("Add", "Mul", "Max", "Min"):
-        return b
-    return None

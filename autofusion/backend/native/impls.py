@@ -27,13 +27,15 @@ Emitter = Callable[[Node, PartitionSource], str]
 
 
 def native(*ops: str, check: Callable[[Node], str | None], plain: tuple[int, ...] = (),
-           tensors: tuple[int, ...] | None = None, view: bool = False):
+           tensors: tuple[int, ...] | None = None, view: bool = False,
+           overwrites: Callable[[Node], Value | None] | None = None):
     """Register an emitter as the "onednn" implementation of ops. `tensors`: the inputs the
-    step reads at run time (default all); the others (shapes, axes) are read at compile time."""
+    step reads at run time (default all); the others (shapes, axes) are read at compile time.
+    `overwrites`: the input an elementwise step may write its output over (the plan decides)."""
     def deco(emit: Emitter) -> Emitter:
         for op in ops:
             register(op, Impl("onednn", "native", check, emit=emit, plain_inputs=frozenset(plain),
-                              tensor_inputs=tensors, view=view, doc=(emit.__doc__ or "").strip()))
+                              tensor_inputs=tensors, view=view, overwrites=overwrites, doc=(emit.__doc__ or "").strip()))
         return emit
     return deco
 
@@ -188,7 +190,7 @@ def check_unary(node: Node) -> str | None:
     return first(dense(node, (0,)), None if UNARY[node.op](node) else "no activation")
 
 
-@native(*UNARY, check=check_unary, tensors=(0,))
+@native(*UNARY, check=check_unary, tensors=(0,), overwrites=lambda node: node.inputs[0])
 def emit_unary(node: Node, p: PartitionSource) -> str:
     """oneDNN eltwise, in place where the plan allows."""
     return p.call("eltwise", p.out(node), p.ref(node.inputs[0]), p.acts(UNARY[node.op](node)),
@@ -225,7 +227,7 @@ def check_binary(node: Node) -> str | None:
     return None
 
 
-@native(*BINARY, check=check_binary)
+@native(*BINARY, check=check_binary, overwrites=lambda node: _binary_operands(node)[0])
 def emit_binary(node: Node, p: PartitionSource) -> str:
     """oneDNN binary, the second operand broadcast, in place where the plan allows."""
     full, other = _binary_operands(node)
