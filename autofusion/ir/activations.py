@@ -45,7 +45,8 @@ ACTIVATIONS: dict[str, Activation] = {
                             lambda F, x, alpha: F.leaky_relu(x, alpha),
                             lambda alpha: [("Relu", alpha, 0.0)]),
     "Clip": Activation({"min": -inf, "max": inf},
-                       lambda op, x, min, max: op.Clip(x, scalar_constant(op, min, x), scalar_constant(op, max, x)),
+                       lambda op, x, min, max: op.Clip(x, scalar_constant(op, min, x),
+                                                       scalar_constant(op, max, x)),
                        _clamp, lambda min, max: [("Clip", min, max)]),
     "Sigmoid": Activation({}, lambda op, x: op.Sigmoid(x), lambda F, x: x.sigmoid(),
                           lambda: [("Logistic", 0.0, 0.0)]),
@@ -121,9 +122,8 @@ def scalar_constant(op, x: float, like: Value) -> Value:
 
 def gelu(op, x: Value, approximate: str) -> Value:
     """GELU in ONNX ops: 0.5·x·(1 + erf(x/√2)), or its tanh approximation."""
+    c = lambda value: scalar_constant(op, value, x)   # noqa: E731
     if approximate == "tanh":   # 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
-        inner = op.Mul(scalar_constant(op, math.sqrt(2 / math.pi), x),
-                       op.Add(x, op.Mul(scalar_constant(op, 0.044715, x), op.Mul(x, op.Mul(x, x)))))
-        return op.Mul(op.Mul(scalar_constant(op, 0.5, x), x), op.Add(scalar_constant(op, 1.0, x), op.Tanh(inner)))
-    return op.Mul(op.Mul(scalar_constant(op, 0.5, x), x),
-                  op.Add(scalar_constant(op, 1.0, x), op.Erf(op.Div(x, scalar_constant(op, math.sqrt(2), x)))))
+        inner = op.Mul(c(math.sqrt(2 / math.pi)), op.Add(x, op.Mul(c(0.044715), op.Mul(x, op.Mul(x, x)))))
+        return op.Mul(op.Mul(c(0.5), x), op.Add(c(1.0), op.Tanh(inner)))
+    return op.Mul(op.Mul(c(0.5), x), op.Add(c(1.0), op.Erf(op.Div(x, c(math.sqrt(2))))))

@@ -119,7 +119,8 @@ def model_library(tc: Toolchain, source: str) -> Path:
     out = src.with_suffix(".so")
     if not out.exists():
         _write_atomic(src, source)
-    return _build(tc, out, src, MODEL_FLAGS, [f"-I{RUNTIME_DIR}", str(runtime), f"-Wl,-rpath,{runtime.parent}"])
+    return _build(tc, out, src, MODEL_FLAGS,
+                  [f"-I{RUNTIME_DIR}", str(runtime), f"-Wl,-rpath,{runtime.parent}"])
 
 
 def _build(tc: Toolchain, out: Path, src: Path, flags: tuple[str, ...], extra: list[str]) -> Path:

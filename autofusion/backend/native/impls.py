@@ -15,10 +15,10 @@ from typing import Callable
 import numpy as np
 
 from ...ir import DType, Node, Value
-from ...ir.builder import fused
 from ...ir.activations import activation, clip_bounds
-from ...ir.geometry import explicit_pads
+from ...ir.builder import fused
 from ...ir.dims import slice_bounds
+from ...ir.geometry import explicit_pads
 from ...ir.shapes import opset_of
 from ..impl import Impl, register
 from .emit import PartitionSource, dims
@@ -35,7 +35,8 @@ def native(*ops: str, check: Callable[[Node], str | None], plain: tuple[int, ...
     def deco(emit: Emitter) -> Emitter:
         for op in ops:
             register(op, Impl("onednn", "native", check, emit=emit, plain_inputs=frozenset(plain),
-                              tensor_inputs=tensors, view=view, overwrites=overwrites, doc=(emit.__doc__ or "").strip()))
+                              tensor_inputs=tensors, view=view, overwrites=overwrites,
+                              doc=(emit.__doc__ or "").strip()))
         return emit
     return deco
 
@@ -163,6 +164,10 @@ def emit_pool(node: Node, p: PartitionSource) -> str:
 
 # ---- elementwise -----------------------------------------------------------------------------
 
+def _gelu(node: Node) -> list[tuple[str, float, float]]:
+    return [("GeluTanh" if node.attr("approximate", "none") == "tanh" else "GeluErf", 0.0, 0.0)]
+
+
 UNARY: dict[str, Callable[[Node], list[tuple[str, float, float]]]] = {
     "Relu": lambda n: [("Relu", 0.0, 0.0)],
     "LeakyRelu": lambda n: [("Relu", n.attr("alpha", 0.01), 0.0)],
@@ -178,8 +183,8 @@ UNARY: dict[str, Callable[[Node], list[tuple[str, float, float]]]] = {
     "HardSwish": lambda n: [("HardSwish", 1 / 6, 0.5)],
     "Mish": lambda n: [("Mish", 0.0, 0.0)],
     "Clip": lambda n: [("Clip", *clip_bounds(n))],
-    "Gelu": lambda n: [("GeluTanh" if n.attr("approximate", "none") == "tanh" else "GeluErf", 0.0, 0.0)],
-    fused("Gelu"): lambda n: [("GeluTanh" if n.attr("approximate", "none") == "tanh" else "GeluErf", 0.0, 0.0)],
+    "Gelu": lambda n: _gelu(n),
+    fused("Gelu"): lambda n: _gelu(n),
     fused("Activation"): node_acts,
 }
 
@@ -308,7 +313,8 @@ def _block(node: Node) -> list[tuple[list[int], list[int]]] | None:
             return None
         offsets, sizes = [0] * len(shape), list(shape)
         for a, b, e in zip(axes_, starts.const, ends.const):
-            lo, hi, _ = slice_bounds(shape[a], int(max(min(b, 2**62), -2**62)), int(max(min(e, 2**62), -2**62)), 1)
+            clamp = lambda i: int(max(min(i, 2**62), -2**62))   # noqa: E731 - INT64_MAX ends
+            lo, hi, _ = slice_bounds(shape[a], clamp(b), clamp(e), 1)
             offsets[a], sizes[a] = lo, max(hi - lo, 0)
         return [(offsets, sizes)]
     axis = node.attr("axis", 0) % len(shape)   # Split
@@ -459,8 +465,8 @@ def emit_pool_gemm(node: Node, p: PartitionSource) -> str:
     return "\n".join([
         p.call("pool", pooled, p.ref(x), "Pool::AvgExcludePad", dims(k), ones, ones, zeros, zeros),
         p.call("reshape", rows, pooled),
-        p.call("linear", p.out(node), rows, p.const(np.ascontiguousarray(weight, np.float32), node.inputs[1].name),
-               bias, "{}")])
+        p.call("linear", p.out(node), rows,
+               p.const(np.ascontiguousarray(weight, np.float32), node.inputs[1].name), bias, "{}")])
 
 
 # ---- normalization and attention -------------------------------------------------------------
