@@ -1,15 +1,17 @@
 """Specialising a graph with symbolic dimensions to the sizes of one call.
 
 Native partitions need static shapes. A model exported with dynamic axes ("batch", "seq") gets,
-on the first call with new sizes, a copy of its graph with those sizes written into every shape
-and the op table's shape rules run again (so reshape targets read off a Shape become static);
-that copy is lowered and built like any static graph. The copy shares the constants' data and
-the nodes' attributes; the original graph is never changed.
+on the first call with new sizes, a copy of its graph with those sizes written into every shape,
+then the clean-up passes of the fusion pipeline (shape rules again, the shape arithmetic folded
+into constants, dead code out), so what computed reshape targets at run time is gone; that copy
+is lowered and built like any static graph. The copy shares the constants' data and the nodes'
+attributes; the original graph is never changed.
 """
 from __future__ import annotations
 
+from ..fusion.pipeline import cleanup
 from ..ir import Graph, Node, Shape, Value
-from ..passes import refine_shapes
+from .executor import evaluate_node
 
 
 def symbolic_dims(graph: Graph) -> set[str]:
@@ -35,7 +37,5 @@ def specialise(graph: Graph, sizes: dict[str, int]) -> Graph:
         copy.meta = dict(n.meta)
         g.insert(copy)
     g.outputs = [copies[id(v)] for v in graph.outputs]
-    for _ in range(4):   # a refined shape can let the next rule tell more
-        if not refine_shapes(g):
-            break
+    cleanup(g, evaluate_node, {})
     return g
