@@ -59,6 +59,7 @@ class NativePartition:
         self.arena_bytes = lib.af_arena_bytes(handle)
         weakref.finalize(self, lib.af_free, handle)
         self.out_shapes = [tuple(v.shape) for v in bound.outputs]
+        self.in_types = [(v.name, torch.Size(v.shape)) for v in bound.inputs]
         self.n_in, self.n_out = len(bound.inputs), len(bound.outputs)
         self._run = lib.af_run
         self._lock = threading.Lock()   # one arena: calls from several threads take turns
@@ -70,6 +71,10 @@ class NativePartition:
         return f"{node.describe()}: {message.split(': ', 1)[1]}" if node else message
 
     def __call__(self, *xs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        for x, (name, shape) in zip(xs, self.in_types):
+            if x.dtype != torch.float32 or x.shape != shape:   # the C++ trusts the plan's types
+                raise RuntimeError(f"native partition input {name!r} is {x.dtype}{list(x.shape)}, "
+                                   f"the plan says float32{list(shape)}")
         xs = [x.contiguous() for x in xs]
         outs = [torch.empty(s) for s in self.out_shapes]
         ins = (_c * max(self.n_in, 1))(*[x.data_ptr() for x in xs])

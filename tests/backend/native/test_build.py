@@ -6,6 +6,7 @@ import sys
 
 import numpy as np
 import pytest
+import torch
 
 import autofusion
 from autofusion.backend.native import build, unavailable
@@ -80,3 +81,13 @@ def test_torch_and_native_code_share_one_openmp_runtime():
     with open("/proc/self/maps") as maps:
         runtimes = {line.split()[-1] for line in maps if "libgomp" in line or "libiomp" in line}
     assert len(runtimes) == 1, runtimes
+
+
+def test_a_partition_refuses_inputs_its_plan_did_not_type():
+    """The C++ reads the caller's buffers as the plan typed them; anything else is an error."""
+    model = autofusion.compile(relu_graph(), backend="native")
+    (call,) = (f for name, f in model.program.fn.__globals__.items() if name.startswith("p"))
+    with pytest.raises(RuntimeError, match=r"input 'x' is torch.float64\[2, 8\], the plan says float32\[2, 8\]"):
+        call(torch.ones(2, 8, dtype=torch.float64))
+    with pytest.raises(RuntimeError, match=r"torch.float32\[3, 8\]"):
+        call(torch.ones(3, 8))
