@@ -31,7 +31,6 @@ class NativeLibrary:
         lib.af_free.restype, lib.af_free.argtypes = None, [_c]
         lib.af_error.restype = ctypes.c_char_p
         lib.af_arena_bytes.restype, lib.af_arena_bytes.argtypes = ctypes.c_size_t, [_c]
-        lib.af_version.restype = ctypes.c_char_p
         self.path = path
 
     @classmethod
@@ -40,9 +39,6 @@ class NativeLibrary:
 
     def error(self) -> str:
         return self.lib.af_error().decode(errors="replace")
-
-    def version(self) -> str:
-        return self.lib.af_version().decode()
 
 
 class NativePartition:
@@ -54,7 +50,8 @@ class NativePartition:
         consts = (_c * max(len(bound.constants), 1))(*[a.ctypes.data for a in bound.constants])
         handle = lib.af_build(lib.af_partition(bound.entry), consts)
         if not handle:
-            raise KernelBuildError(self._where(library.error()))
+            node, message = self._node_of(library.error())
+            raise KernelBuildError(f"{node.describe()}: {message}" if node else message)
         self.handle = handle
         self.arena_bytes = lib.af_arena_bytes(handle)
         weakref.finalize(self, lib.af_free, handle)
@@ -64,11 +61,11 @@ class NativePartition:
         self._run = lib.af_run
         self._lock = threading.Lock()   # one arena: calls from several threads take turns
 
-    def _where(self, message: str) -> str:
-        """The runtime says "node 'NAME': …"; name the node the way every error does."""
+    def _node_of(self, message: str) -> tuple[Node | None, str]:
+        """The runtime says "node 'NAME': …": the node it names, and what it says of it."""
         name = message.split("'")[1] if message.startswith("node '") else None
         node = self.nodes.get(name)
-        return f"{node.describe()}: {message.split(': ', 1)[1]}" if node else message
+        return (node, message.split(": ", 1)[1]) if node else (None, message)
 
     def __call__(self, *xs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         for x, (name, shape) in zip(xs, self.in_types):
@@ -82,10 +79,8 @@ class NativePartition:
         with self._lock:
             rc = self._run(self.handle, ins, ptrs)
         if rc:
-            message = self.library.error()
-            name = message.split("'")[1] if message.startswith("node '") else None
-            node = self.nodes.get(name)
+            node, message = self._node_of(self.library.error())
             if node is not None:
-                raise NodeExecutionError(node.describe(), RuntimeError(message.split(": ", 1)[1]))
+                raise NodeExecutionError(node.describe(), RuntimeError(message))
             raise RuntimeError(message)
         return tuple(outs)

@@ -101,7 +101,6 @@ int af_run(Partition* p, void* const* inputs, void* const* outputs);
 void af_free(Partition* p);
 const char* af_error();
 size_t af_arena_bytes(Partition* p);
-const char* af_version();
 }
 
 }  // namespace af

@@ -271,6 +271,17 @@ struct Partition::Impl {
     return dst;
   }
 
+  // where an elementwise step writes dst in src's layout: over src's bytes (the plan decided it
+  // is their last reader), or where produce() says
+  int write_over(int dst, int src, bool in_place) {
+    if (!in_place) return produce(dst, md_of(src));
+    Val& d = val(dst);
+    d.alias = src;
+    d.md = md_of(src);
+    d.has_md = true;
+    return dst;
+  }
+
   void finish(int dst, int written) {
     if (written != dst) reorder(written, md_of(written), dst, md_of(dst));
   }
@@ -456,16 +467,7 @@ void Partition::eltwise(int dst, int src, const Acts& acts, bool in_place) {
   Impl& m = *impl_;
   if (acts.empty()) m.fail("an eltwise step needs an activation");
   const memory::desc md = m.md_of(src);
-  int y;
-  if (in_place) {
-    Val& d = m.val(dst);
-    d.alias = src;
-    d.md = md;
-    d.has_md = true;
-    y = dst;
-  } else {
-    y = m.produce(dst, md);
-  }
+  int y = m.write_over(dst, src, in_place);
   // the first activation is the primitive, the rest its post-ops
   dnnl::eltwise_forward::primitive_desc pd(
       m.eng, dnnl::prop_kind::forward_inference, eltwise_alg(acts[0].alg), md, md, acts[0].alpha,
@@ -477,16 +479,7 @@ void Partition::eltwise(int dst, int src, const Acts& acts, bool in_place) {
 void Partition::binary(int dst, int a, int b, Bin op, const Acts& acts, bool in_place) {
   Impl& m = *impl_;
   const memory::desc md = m.md_of(a);
-  int y;
-  if (in_place) {
-    Val& d = m.val(dst);
-    d.alias = a;
-    d.md = md;
-    d.has_md = true;
-    y = dst;
-  } else {
-    y = m.produce(dst, md);
-  }
+  int y = m.write_over(dst, a, in_place);
   memory::desc b_md = in_order_of(m.md_of(b), md);
   dnnl::binary::primitive_desc pd(m.eng, binary_alg(op), md, b_md, md, m.attr(acts));
   m.add(pd, dnnl::binary(pd), {Impl::use(DNNL_ARG_SRC_0, a), Impl::view(DNNL_ARG_SRC_1, b, b_md),
@@ -737,15 +730,6 @@ int af_run(Partition* p, void* const* inputs, void* const* outputs) {
 void af_free(Partition* p) { delete p; }
 const char* af_error() { return last_error.c_str(); }
 size_t af_arena_bytes(Partition* p) { return p->arena_bytes(); }
-
-const char* af_version() {
-  static std::string v = [] {
-    const dnnl_version_t* d = dnnl_version();
-    return "oneDNN " + std::to_string(d->major) + "." + std::to_string(d->minor) + "." +
-           std::to_string(d->patch);
-  }();
-  return v.c_str();
-}
 }
 
 }  // namespace af
