@@ -35,7 +35,7 @@ class Impl:
     check: Check = accepts
     build: Any = None           # torch: KernelBuilder (node → callable)
     emit: Any = None            # native: Emitter (see native/emit.py)
-    plain_inputs: frozenset[int] = field(default_factory=frozenset)   # native: inputs read dense
+    plain_inputs: frozenset[int] | str = field(default_factory=frozenset)   # native: inputs read dense ("all")
     tensor_inputs: tuple[int, ...] | None = None   # the inputs read at run time (None: all)
     view: bool = False          # native: the output is the input's bytes with another shape
     overwrites: Any = None      # native: node → the input it may write its output over, if any
@@ -43,6 +43,9 @@ class Impl:
 
     def cost(self, node: Node) -> float:
         return LAUNCH_S[self.target] + node_roofline(node)
+
+    def reads_plain(self, i: int) -> bool:
+        return self.plain_inputs == "all" or i in self.plain_inputs
 
     def reads(self, node: Node) -> list[Value]:
         """The node's inputs this implementation reads at run time."""

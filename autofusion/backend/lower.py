@@ -184,7 +184,7 @@ def plan_values(part: Partition, decisions: dict[Node, Decision], graph: Graph) 
             reads = readers.get(v)
             if v in out_set or not reads:
                 continue   # the caller's buffer, or never read (the emitter writes a temporary)
-            plain = any(i in decisions[r].impl.plain_inputs for r, i in reads)
+            plain = any(decisions[r].impl.reads_plain(i) for r, i in reads)
             part.values[v] = ValuePlan("plain" if plain else "any", step_of[n],
                                        max(step_of[r] for r, _ in reads))
 

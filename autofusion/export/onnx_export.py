@@ -8,7 +8,7 @@ A fused node (domain "autofusion") is written as a call of a model-local ONNX fu
 body is the node's decomposition into standard ops. Each fused node gets its own function
 overload (ONNX IR 10), named after the node, so its attributes and constants are its own. ONNX
 Runtime and Netron open and run the file through the bodies; autofusion reads the fused nodes
-back as fused nodes.
+back as fused nodes (an automatic fusion region takes its body back from its function).
 """
 from __future__ import annotations
 
@@ -57,8 +57,13 @@ def _attribute(node: Node, key: str, value, opset: dict[str, int]) -> onnx.Attri
 def _node_proto(n: Node, opset: dict[str, int]) -> onnx.NodeProto:
     proto = helper.make_node(n.op_type, [v.name if v is not None else "" for v in n.inputs],
                              [v.name for v in n.outputs], name=n.name, domain=n.domain or None)
-    proto.attribute.extend(_attribute(n, k, a, opset) for k, a in n.attrs.items())
+    proto.attribute.extend(_attribute(n, k, a, opset) for k, a in _plain_attrs(n).items())
     return proto
+
+
+def _plain_attrs(n: Node) -> dict:
+    """The attributes a call writes: a Region's body is its function's body, not an attribute."""
+    return {k: a for k, a in n.attrs.items() if not isinstance(a, Graph)}
 
 
 def _function(node: Node, overload: str) -> onnx.FunctionProto:
@@ -79,7 +84,7 @@ def _function(node: Node, overload: str) -> onnx.FunctionProto:
         nodes.append(helper.make_node("Identity", [v.name], [f"out{i}"], name=f"{overload}/out{i}"))
     return helper.make_function(
         FUSED_DOMAIN, node.op_type, [f"in{i}" for i in range(len(node.inputs))], outputs, nodes,
-        [helper.make_opsetid("", body.opset.get("", 17))], attributes=sorted(node.attrs),
+        [helper.make_opsetid("", body.opset.get("", 17))], attributes=sorted(_plain_attrs(node)),
         overload=overload)
 
 

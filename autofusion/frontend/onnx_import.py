@@ -17,7 +17,8 @@ from google.protobuf.message import DecodeError
 from onnx import helper, numpy_helper
 
 from ..errors import GraphError, ModelLoadError, UnsupportedOpError
-from ..ir import DType, Graph, Value, lookup, op_key
+from ..ir.builder import infer_types
+from ..ir import FUSED_DOMAIN, DType, Graph, Value, lookup, op_key
 from .sequences import SEQUENCE_OPS, sequences_to_split
 
 
@@ -206,6 +207,8 @@ def import_onnx(source: str | os.PathLike | onnx.ModelProto) -> Graph:
                     o = graph.fresh_name(f"{name}_unused")
                 values[o] = Value(o, *types.get(o, (None, None)))
                 outs.append(values[o])
+            if n.domain == FUSED_DOMAIN and n.op_type == "Region" and "body" not in attrs:
+                attrs["body"] = _function_body(model, n, inputs, where)
             graph.add_node(n.op_type, inputs, outs, attrs, name, n.domain)
         for vi in g.output:
             graph.outputs.append(named(vi.name))
@@ -216,6 +219,36 @@ def import_onnx(source: str | os.PathLike | onnx.ModelProto) -> Graph:
     except GraphError as e:
         raise ModelLoadError(f"{where}malformed graph: {e}") from None
     return graph
+
+
+def _function_body(model: onnx.ModelProto, call: onnx.NodeProto, inputs: list[Value | None],
+                   where: str) -> Graph:
+    """The subgraph of the model-local function a call names (an exported region's body), its
+    inputs typed as the call's; the exporter's Identity nodes naming the outputs are dropped."""
+    fn = next((f for f in model.functions if (f.domain, f.name, f.overload) ==
+               (call.domain, call.op_type, call.overload)), None)
+    if fn is None:
+        raise ModelLoadError(f"{where}node {call.name!r} ({call.op_type}) calls a function the "
+                             "model does not define")
+    opset = {(i.domain if i.domain != "ai.onnx" else ""): i.version for i in fn.opset_import}
+    body = Graph(fn.overload or fn.name, opset)
+    values = {name: body.add_input(name, v.shape, v.dtype)
+              for name, v in zip(fn.input, inputs) if v is not None}
+    renamed = {}
+    for n in fn.node:
+        attrs = {a.name: attribute_value(a) for a in n.attribute}
+        if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
+            values[n.output[0]] = body.add_constant(n.output[0], _constant_attr(attrs, n.name))
+        elif n.op_type == "Identity" and n.output[0] in fn.output:
+            renamed[n.output[0]] = n.input[0]
+        else:
+            outs = [Value(o) for o in n.output]
+            values.update(zip(n.output, outs))
+            node = body.add_node(n.op_type, [values[x] if x else None for x in n.input], outs,
+                                 attrs, n.name.rsplit("/", 1)[-1], n.domain)
+            infer_types(node)
+    body.outputs = [values[renamed.get(o, o)] for o in fn.output]
+    return body
 
 
 def _constant_attr(attrs: dict, node_name: str) -> np.ndarray:

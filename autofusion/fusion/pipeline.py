@@ -3,7 +3,8 @@
     level 0   nothing: every operator runs as imported
     level 1   clean-up (static shapes, constant folding, CSE, dead code), redundancy rules and
               the adjacent-operator rules of level 1
-    level 2   everything: level 1 plus the level-2 rules (cross-operator, attention, …)
+    level 2   everything: level 1 plus the level-2 rules (cross-operator, attention, …), then
+              automatic fusion: what the rules left of elementwise work grouped into regions
 
 Rules apply to a fixed point, then clean-up runs again (folding leaves unused constants behind).
 """
@@ -16,13 +17,15 @@ from ..passes import (Evaluator, eliminate_common_subexpressions, eliminate_dead
                       fold_constants, fold_static_shapes, read_shapes_upstream, refine_shapes,
                       resolve_cast_like)
 from .cost import seconds
-from .report import FusionReport, NearMissReport, RuleReport
+from .regions import MAX_INPUTS, MAX_NODES, NAME as AUTO_FUSION, fuse_regions, plan_regions
+from .report import FusionReport, NearMissReport, NotFusedReport, RegionReport, RuleReport
 from .rule import Rule, apply_rules
 from .rules import RULES
 
 
 def rule_names() -> list[str]:
-    return [r.name for r in RULES]
+    """The names the disable list takes: every rule's, and automatic fusion's."""
+    return [r.name for r in RULES] + [AUTO_FUSION]
 
 
 def cleanup(graph: Graph, evaluate: Evaluator | None, counts: dict[str, int]) -> None:
@@ -45,8 +48,10 @@ def cleanup(graph: Graph, evaluate: Evaluator | None, counts: dict[str, int]) ->
 
 
 def optimize(graph: Graph, level: int, disable: Iterable[str] = (),
-             evaluate: Evaluator | None = None, model_name: str = "") -> FusionReport:
-    """Run the level's passes and rules on the graph (in place) and report what happened."""
+             evaluate: Evaluator | None = None, model_name: str = "",
+             max_region_nodes: int = MAX_NODES, max_region_inputs: int = MAX_INPUTS) -> FusionReport:
+    """Run the level's passes and rules on the graph (in place) and report what happened.
+    max_region_nodes / max_region_inputs bound automatic fusion's regions (level 2)."""
     disable = list(disable)
     before_hist, before_ops, before_s = graph.op_histogram(), len(graph), seconds(graph.nodes)
     rules: list[Rule] = [r for r in RULES if r.level <= level and r.name not in disable]
@@ -56,6 +61,11 @@ def optimize(graph: Graph, level: int, disable: Iterable[str] = (),
         cleanup(graph, evaluate, passes)
         result = apply_rules(graph, rules)
         cleanup(graph, evaluate, passes)
+    auto = None
+    if level >= 2 and AUTO_FUSION not in disable:
+        auto = plan_regions(graph, max_region_nodes, max_region_inputs)
+        made = fuse_regions(graph, auto)
+        eliminate_dead_code(graph)   # the scalar constants now written into the regions' bodies
     report = FusionReport(model=model_name or graph.name, level=level, disabled=disable,
                           ops_before=before_ops, ops_after=len(graph),
                           histogram_before=before_hist, histogram_after=graph.op_histogram(),
@@ -69,4 +79,8 @@ def optimize(graph: Graph, level: int, disable: Iterable[str] = (),
                 sorted(result.fused_into.get(r.name, ())),
                 round(result.seconds_before[r.name] / after, 3) if n and after else None))
         report.near_misses = [NearMissReport(m.rule, m.nodes, m.reason) for m in result.near_misses]
+    if auto is not None:
+        report.regions = [RegionReport(node.name, node.attrs["kernel"], [n.op_type for n in r.nodes],
+                                       [n.name for n in r.nodes]) for node, r in zip(made, auto.regions)]
+        report.not_auto_fused = [NotFusedReport(m.node, m.op, m.code, m.reason) for m in auto.not_fused]
     return report

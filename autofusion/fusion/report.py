@@ -32,6 +32,26 @@ class NearMissReport:
 
 
 @dataclass
+class RegionReport:
+    name: str                  # the Region node
+    kernel: str                # named after its ops: fused_sigmoid_mul
+    ops: list[str]             # its ops' types, in order
+    nodes: list[str]           # the nodes it stands for
+
+
+@dataclass
+class NotFusedReport:
+    node: str
+    op: str
+    code: str                  # reason code (fusion/regions.py REASONS)
+    reason: str
+
+
+REGIONS_SHOWN = 5              # kernels listed in the text report
+NOT_FUSED_SHOWN = 2            # examples per reason code
+
+
+@dataclass
 class FusionReport:
     model: str
     level: int
@@ -47,6 +67,8 @@ class FusionReport:
     est_seconds_after: float = 0.0
     measured: dict | None = None   # {"level0_ms", "fused_ms", "speedup", "runs"} when measured
     backend: str = ""              # one line from the backend: what runs the fused graph
+    regions: list[RegionReport] = field(default_factory=list)         # automatic fusion
+    not_auto_fused: list[NotFusedReport] = field(default_factory=list)
 
     @property
     def est_speedup(self) -> float:
@@ -75,6 +97,7 @@ class FusionReport:
             lines.append("")
         if not any(r.matched for r in self.rules):
             lines += ["No fusion rule matched.", ""]
+        lines += self._regions_text()
         done = {k: v for k, v in self.passes.items() if v}
         if done:
             lines.append("Clean-up: " + ", ".join(f"{k} {v}" for k, v in done.items()))
@@ -98,6 +121,33 @@ class FusionReport:
                     lines.append(f"  {rule}: … and {len(misses) - NEAR_MISSES_SHOWN} more like these "
                                  "(every one is in the JSON report)")
         return "\n".join(lines)
+
+    def _regions_text(self) -> list[str]:
+        if not self.regions and not self.not_auto_fused:
+            return []
+        ops = sum(len(r.ops) for r in self.regions)
+        lines = [f"Auto-fused: {ops} ops into {len(self.regions)} kernel"
+                 f"{'s' if len(self.regions) != 1 else ''}"]
+        by_kernel: dict[str, list[RegionReport]] = {}
+        for r in self.regions:
+            by_kernel.setdefault(r.kernel, []).append(r)
+        for kernel, rs in sorted(by_kernel.items(), key=lambda kv: -len(kv[1]))[:REGIONS_SHOWN]:
+            sizes = sorted({len(r.ops) for r in rs})
+            lines.append(f"  {kernel} ×{len(rs)} ({'-'.join(map(str, sizes[::max(1, len(sizes) - 1)]))} "
+                         f"ops): {' '.join(rs[0].ops[:8])}{' …' if len(rs[0].ops) > 8 else ''}")
+        if len(by_kernel) > REGIONS_SHOWN:
+            lines.append(f"  … and {len(by_kernel) - REGIONS_SHOWN} more kinds (every region is in "
+                         "the JSON report)")
+        if self.not_auto_fused:
+            by_code: dict[str, list[NotFusedReport]] = {}
+            for nf in self.not_auto_fused:
+                by_code.setdefault(nf.code, []).append(nf)
+            lines.append(f"  Not auto-fused ({len(self.not_auto_fused)}):")
+            for code, misses in by_code.items():
+                names = ", ".join(f"{m.op} {m.node!r}" for m in misses[:NOT_FUSED_SHOWN])
+                more = f" and {len(misses) - NOT_FUSED_SHOWN} more" if len(misses) > NOT_FUSED_SHOWN else ""
+                lines.append(f"    [{code}] {misses[0].reason}: {names}{more}")
+        return lines + [""]
 
     def __str__(self) -> str:
         return self.text()

@@ -1,12 +1,12 @@
-"""Activations, each declared once: its parameters, its meaning in ONNX ops, its PyTorch form and
-its oneDNN eltwise form. Rules, decompositions, the torch kernels and the native emitter all read
-this table.
+"""Activations, each declared once: its parameters, its meaning in ONNX ops, its PyTorch form, its
+oneDNN eltwise form and its scalar C form. Rules, decompositions, the torch kernels, the native
+emitter and the generated kernels all read this table.
 
 A fused op carries its activation as an attribute pair: `activation` (a name below: an ONNX op
 name, "SiLU", "GeluTanh", or "" for none) and `activation_params` (its float parameters in the
 entry's order). The PyTorch form takes torch.nn.functional as its first argument, so the IR does
 not import torch. The oneDNN form is a list of (algorithm, alpha, beta) in native/runtime's
-names (native.h `Alg`).
+names (native.h `Alg`). The C form maps a float expression to one (see scalar.py).
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from typing import Callable
 import numpy as np
 
 from .graph import Node, Value
+from .scalar import c_float
 
 inf = math.inf
 
@@ -27,6 +28,7 @@ class Activation:
     onnx: Callable             # (op, x, *params) → Value
     torch: Callable            # (F, x, *params) → Tensor
     onednn: Callable           # (*params) → [(algorithm, alpha, beta)]
+    c: Callable                # (x, *params) → a C float expression (x one too)
 
 
 def _clamp(F, x, low, high):
@@ -38,34 +40,41 @@ def _hard_sigmoid(F, x, alpha, beta):
 
 
 ACTIVATIONS: dict[str, Activation] = {
-    "": Activation({}, lambda op, x: x, lambda F, x: x, lambda: []),
+    "": Activation({}, lambda op, x: x, lambda F, x: x, lambda: [], lambda x: x),
     "Relu": Activation({}, lambda op, x: op.Relu(x), lambda F, x: F.relu(x),
-                       lambda: [("Relu", 0.0, 0.0)]),
+                       lambda: [("Relu", 0.0, 0.0)], lambda x: f"af_relu({x})"),
     "LeakyRelu": Activation({"alpha": 0.01}, lambda op, x, alpha: op.LeakyRelu(x, alpha=alpha),
                             lambda F, x, alpha: F.leaky_relu(x, alpha),
-                            lambda alpha: [("Relu", alpha, 0.0)]),
+                            lambda alpha: [("Relu", alpha, 0.0)],
+                            lambda x, alpha: f"af_leaky_relu({x}, {c_float(alpha)})"),
     "Clip": Activation({"min": -inf, "max": inf},
                        lambda op, x, min, max: op.Clip(x, scalar_constant(op, min, x),
                                                        scalar_constant(op, max, x)),
-                       _clamp, lambda min, max: [("Clip", min, max)]),
+                       _clamp, lambda min, max: [("Clip", min, max)],
+                       lambda x, min, max: f"af_clip({x}, {c_float(min)}, {c_float(max)})"),
     "Sigmoid": Activation({}, lambda op, x: op.Sigmoid(x), lambda F, x: x.sigmoid(),
-                          lambda: [("Logistic", 0.0, 0.0)]),
+                          lambda: [("Logistic", 0.0, 0.0)], lambda x: f"af_sigmoid({x})"),
     "Tanh": Activation({}, lambda op, x: op.Tanh(x), lambda F, x: x.tanh(),
-                       lambda: [("Tanh", 0.0, 0.0)]),
+                       lambda: [("Tanh", 0.0, 0.0)], lambda x: f"tanhf({x})"),
     "HardSigmoid": Activation({"alpha": 0.2, "beta": 0.5},
                               lambda op, x, alpha, beta: op.HardSigmoid(x, alpha=alpha, beta=beta),
-                              _hard_sigmoid, lambda alpha, beta: [("HardSigmoid", alpha, beta)]),
+                              _hard_sigmoid, lambda alpha, beta: [("HardSigmoid", alpha, beta)],
+                              lambda x, alpha, beta:
+                                  f"af_hard_sigmoid({x}, {c_float(alpha)}, {c_float(beta)})"),
     # x·HardSigmoid(x): the HardSwish op itself needs opset 14
     "HardSwish": Activation({}, lambda op, x: op.Mul(x, op.HardSigmoid(x, alpha=1 / 6, beta=0.5)),
-                            lambda F, x: F.hardswish(x), lambda: [("HardSwish", 1 / 6, 0.5)]),
+                            lambda F, x: F.hardswish(x), lambda: [("HardSwish", 1 / 6, 0.5)],
+                            lambda x: f"af_hard_swish({x})"),
     "Elu": Activation({"alpha": 1.0}, lambda op, x, alpha: op.Elu(x, alpha=alpha),
-                      lambda F, x, alpha: F.elu(x, alpha), lambda alpha: [("Elu", alpha, 0.0)]),
+                      lambda F, x, alpha: F.elu(x, alpha), lambda alpha: [("Elu", alpha, 0.0)],
+                      lambda x, alpha: f"af_elu({x}, {c_float(alpha)})"),
     "SiLU": Activation({}, lambda op, x: op.Mul(x, op.Sigmoid(x)), lambda F, x: F.silu(x),
-                       lambda: [("Swish", 1.0, 0.0)]),
+                       lambda: [("Swish", 1.0, 0.0)], lambda x: f"af_silu({x})"),
     "Gelu": Activation({}, lambda op, x: gelu(op, x, "none"), lambda F, x: F.gelu(x),
-                       lambda: [("GeluErf", 0.0, 0.0)]),
+                       lambda: [("GeluErf", 0.0, 0.0)], lambda x: f"af_gelu({x})"),
     "GeluTanh": Activation({}, lambda op, x: gelu(op, x, "tanh"),
-                           lambda F, x: F.gelu(x, approximate="tanh"), lambda: [("GeluTanh", 0.0, 0.0)]),
+                           lambda F, x: F.gelu(x, approximate="tanh"), lambda: [("GeluTanh", 0.0, 0.0)],
+                           lambda x: f"af_gelu_tanh({x})"),
 }
 
 

@@ -13,10 +13,12 @@ from typing import Callable
 
 import numpy as np
 
-from .activations import apply_activation, gelu as gelu_in_onnx, scalar_constant
-from .builder import FUSED_DOMAIN, GraphBuilder
+from .activations import activation as activation_of_node, apply_activation, gelu as gelu_in_onnx
+from .activations import ACTIVATIONS, scalar_constant
+from .builder import FUSED_DOMAIN, GraphBuilder, fused, infer_types
 from .graph import Graph, Node, Value
 from .ops import OpClass, OpDef, register
+from .scalar import register_expression
 from .shapes import matmul_shape
 
 Decompose = Callable[..., "list[Value]"]
@@ -144,6 +146,16 @@ def activation(op: GraphBuilder, node: Node, x):
     return [apply_activation(op, node, x)]
 
 
+def _activation_expression(node: Node, x: str) -> str:
+    act, params = activation_of_node(node)
+    return act.c(x, *params)
+
+
+register_expression(fused("Activation"), _activation_expression)
+register_expression(fused("Gelu"), lambda node, x: ACTIVATIONS[
+    "GeluTanh" if node.attr("approximate") == "tanh" else "Gelu"].c(x))
+
+
 @fused_op("Attention", OpClass.COMPLEX)
 def attention(op: GraphBuilder, node: Node, q, k, v, mask=None):
     """softmax(q·kᵀ·scale + mask)·v over [batch, heads, seq, head_dim]. A query row the mask
@@ -166,6 +178,43 @@ def pool_gemm(op: GraphBuilder, node: Node, x, w, b=None):
     flat = op.Flatten(op.GlobalAveragePool(x), axis=1)
     return [op.Gemm(flat, w, b, transB=node.attr("transB", 0), alpha=node.attr("alpha", 1.0),
                     beta=node.attr("beta", 1.0))]
+
+
+def _region_types(node: Node):
+    return [(v.shape, v.dtype) for v in typed_body(node).outputs]
+
+
+@fused_op("Region", OpClass.REDUCTION, _region_types)
+def region(op: GraphBuilder, node: Node, *xs):
+    """An automatic fusion region: its `body` subgraph (elementwise, broadcast and row-reduction
+    ops the rules left alone) run as one generated kernel; `kernel` names it after its ops."""
+    return inline(op, node.attrs["body"], list(xs))
+
+
+def inline(op: GraphBuilder, body: Graph, inputs: list[Value]) -> list[Value]:
+    """Copy a subgraph's nodes into op's graph, reading `inputs` for its inputs."""
+    copies: dict[int, Value] = {id(b): v for b, v in zip(body.inputs, inputs)}
+    for v in body.constants.values():
+        copies[id(v)] = op.constant(v.const, v.name)
+    for n in body.nodes:
+        outs = getattr(op, n.op_type)(*[None if v is None else copies[id(v)] for v in n.inputs],
+                                      _domain=n.domain, _outputs=len(n.outputs), **n.attrs)
+        for o, c in zip(n.outputs, outs if isinstance(outs, tuple) else (outs,)):
+            copies[id(o)] = c
+    return [copies[id(v)] for v in body.outputs]
+
+
+def typed_body(node: Node) -> Graph:
+    """A copy of a region's body typed for the region node's inputs (the body may carry
+    symbolic sizes the node's inputs now know)."""
+    body: Graph = node.attrs["body"]
+    g = Graph(body.name, dict(body.opset))
+    op = GraphBuilder(g)
+    ins = [g.add_input(b.name, v.shape if v is not None else b.shape,
+                       v.dtype if v is not None else b.dtype)
+           for b, v in zip(body.inputs, node.inputs)]
+    g.outputs = inline(op, body, ins)
+    return g
 
 
 def decompose(node: Node) -> Graph:

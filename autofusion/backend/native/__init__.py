@@ -1,6 +1,7 @@
 """The native backend: plan partitions → generated C++ over oneDNN → one shared library.
 
     impls.py    which ops run natively, their checks and C++ emitters (registered on import)
+    kernels.py  automatic fusion regions → generated C++ loop nests
     emit.py     a plan's native partitions → one C++ source
     build.py    toolchain, flags, the on-disk cache of built libraries
     library.py  loading a library and calling its partitions
@@ -9,7 +10,7 @@
 from __future__ import annotations
 
 from ..lower import Plan
-from . import impls  # noqa: F401 - registers the native implementations
+from . import impls, kernels  # noqa: F401 - register the native implementations
 from .build import NativeBuildError, Toolchain, toolchain
 from .emit import emit_model
 from .library import NativeLibrary, NativePartition

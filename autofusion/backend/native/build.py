@@ -24,7 +24,8 @@ from ...errors import AutofusionError
 
 RUNTIME_DIR = Path(__file__).parent / "runtime"
 FLAGS = ("-O3", "-march=native", "-std=c++17", "-fopenmp", "-fPIC", "-shared")
-MODEL_FLAGS = ("-O1", "-std=c++17", "-fPIC", "-shared")   # straight-line calls: no loops to optimise
+# straight-line calls and the generated kernels' loops (vectorised for this CPU, OpenMP)
+MODEL_FLAGS = ("-O2", "-march=native", "-fno-math-errno", "-std=c++17", "-fopenmp", "-fPIC", "-shared")
 
 
 class NativeBuildError(AutofusionError):
@@ -114,7 +115,7 @@ def runtime_library(tc: Toolchain) -> Path:
 def model_library(tc: Toolchain, source: str) -> Path:
     """The shared library of one model's generated partitions, built unless cached."""
     runtime = runtime_library(tc)
-    key = tc.key(source, (RUNTIME_DIR / "native.h").read_text(), runtime.name)
+    key = tc.key(source, *((RUNTIME_DIR / h).read_text() for h in ("native.h", "scalar.h")), runtime.name)
     src = cache_dir() / f"model-{key}.cpp"
     out = src.with_suffix(".so")
     if not out.exists():

@@ -9,26 +9,17 @@ needs that is not in the IR (a weight transposed and scaled, a temporary) is dec
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ...ir import Node, Value
+from ...ir.scalar import c_float
 from ..lower import Partition, Plan
 
 
 def dims(xs) -> str:
     return "{" + ", ".join(str(int(x)) for x in xs) + "}"
-
-
-def c_float(x: float) -> str:
-    x = float(x)
-    if math.isinf(x):
-        return "af::inf" if x > 0 else "-af::inf"
-    if math.isnan(x):
-        return "af::nan"
-    return repr(float(np.float32(x))) + "f"
 
 
 def c_string(s: str) -> str:
@@ -51,6 +42,7 @@ class PartitionSource:
     def __init__(self, part: Partition, plan: Plan):
         self.part, self.plan = part, plan
         self.ids: dict[int, int] = {}       # id(Value) → value id in the C++
+        self.definitions: list[str] = []    # functions the steps call (generated kernels)
         self.decls: list[str] = []
         self.steps: list[str] = []
         self.bound = NativeSource(inputs=list(part.inputs), outputs=list(part.outputs))
@@ -107,6 +99,12 @@ class PartitionSource:
                           f"   // temporary of step {self.step}")
         return k
 
+    def define(self, write) -> str:
+        """A function at file scope for the steps to call: `write(name)` gives its source."""
+        name = f"kernel_{self.part.index}_{len(self.definitions)}"
+        self.definitions.append(write(name))
+        return name
+
     def in_place(self, node: Node, src: Value | None = None) -> str:
         vp = self.part.values.get(node.outputs[0])
         ok = vp is not None and vp.in_place_of is not None and (src is None or vp.in_place_of is src)
@@ -138,8 +136,8 @@ class PartitionSource:
         head = (f"// partition {k}: {len(self.part.nodes)} node(s); inputs "
                 f"{', '.join(v.name for v in self.part.inputs) or '-'}; outputs "
                 f"{', '.join(v.name for v in self.part.outputs)}")
-        return "\n".join([head, f"static void partition_{k}(Partition& p) {{", *self.decls,
-                          *self.steps, "}"])
+        return "\n\n".join([*self.definitions, "\n".join(
+            [head, f"static void partition_{k}(Partition& p) {{", *self.decls, *self.steps, "}"])])
 
 
 def emit_model(plan: Plan, model: str) -> tuple[str, dict[int, NativeSource]]:
@@ -154,6 +152,6 @@ def emit_model(plan: Plan, model: str) -> tuple[str, dict[int, NativeSource]]:
         bound[part.index] = src.bound
     names = ", ".join(f"partition_{k}" for k in bound)
     source = "\n".join([f"// autofusion: native partitions of {c_string(model)[1:-1]}, generated",
-                        '#include "native.h"', "", "using namespace af;", "",
+                        '#include "native.h"', '#include "scalar.h"', "", "using namespace af;", "",
                         "\n\n".join(bodies), "", f"AF_PARTITIONS({names})", ""])
     return source, bound

@@ -26,15 +26,16 @@ from .emit import PartitionSource, dims
 Emitter = Callable[[Node, PartitionSource], str]
 
 
-def native(*ops: str, check: Callable[[Node], str | None], plain: tuple[int, ...] = (),
+def native(*ops: str, check: Callable[[Node], str | None], plain: tuple[int, ...] | str = (),
            tensors: tuple[int, ...] | None = None, view: bool = False,
-           overwrites: Callable[[Node], Value | None] | None = None):
-    """Register an emitter as the "onednn" implementation of ops. `tensors`: the inputs the
+           overwrites: Callable[[Node], Value | None] | None = None, name: str = "onednn"):
+    """Register an emitter as the native implementation `name` of ops. `tensors`: the inputs the
     step reads at run time (default all); the others (shapes, axes) are read at compile time.
     `overwrites`: the input an elementwise step may write its output over (the plan decides)."""
     def deco(emit: Emitter) -> Emitter:
         for op in ops:
-            register(op, Impl("onednn", "native", check, emit=emit, plain_inputs=frozenset(plain),
+            register(op, Impl(name, "native", check, emit=emit,
+                              plain_inputs=plain if plain == "all" else frozenset(plain),
                               tensor_inputs=tensors, view=view, overwrites=overwrites,
                               doc=(emit.__doc__ or "").strip()))
         return emit

@@ -6,7 +6,8 @@ that returns one tensor, or a tuple for a multi-output op. Everything that can b
 the node is decided in the builder, never per call. One module per op family registers into
 the one table, KERNELS.
 """
-from . import fused, loss, math, nn, tensor  # noqa: F401 - each registers its kernels
+from . import fused, loss, math, nn, region, tensor  # noqa: F401 - each registers its kernels
+from . import torch_call  # noqa: F401,E402 - the kernel of TorchCall (unmapped PyTorch ops)
 from .common import KERNELS, TORCH_DTYPES, Kernel, KernelBuilder, kernel, to_torch, torch_dtype
 
 __all__ = ["KERNELS", "TORCH_DTYPES", "Kernel", "KernelBuilder", "kernel", "to_torch", "torch_dtype"]

@@ -36,10 +36,12 @@ def torch_model(module: torch.nn.Module, *shapes: tuple, opset: int = 17) -> onn
     return onnx.load_from_string(f.getvalue())
 
 
-def fuse(model: onnx.ModelProto, level: int = 2, disable=()) -> tuple[Graph, object]:
-    """The fused graph (verified) and its report."""
+def fuse(model: onnx.ModelProto, level: int = 2, disable=(), regions: bool = False) -> tuple[Graph, object]:
+    """The fused graph (verified) and its report: the rules' work alone, unless `regions` asks
+    for automatic fusion after them too (tests/fusion/test_regions.py tests it)."""
     graph = import_onnx(model)
-    report = optimize(graph, level, list(disable), evaluate_node)
+    disable = list(disable) + ([] if regions or "AutoFusion" in disable else ["AutoFusion"])
+    report = optimize(graph, level, disable, evaluate_node)
     graph.verify()
     return graph, report
 

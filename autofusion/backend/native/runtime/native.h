@@ -38,6 +38,9 @@ struct Act {
 using Acts = std::vector<Act>;
 
 enum class Bin { Add, Sub, Mul, Div, Max, Min };
+
+// A generated kernel (backend/native/kernels.py): reads dense inputs, writes dense outputs.
+using KernelFn = void (*)(const float* const* in, float* const* out);
 enum class Pool { Max, AvgIncludePad, AvgExcludePad };
 
 class Partition {
@@ -81,6 +84,8 @@ class Partition {
   void reshape(int dst, int src);
   // softmax(q·kᵀ·scale + mask)·v, mask -1 when there is none
   void attention(int dst, int q, int k, int v, int mask, float scale);
+  // fn over dense copies of srcs (a reorder where a src is blocked), writing dense dsts
+  void kernel(KernelFn fn, const std::vector<int>& dsts, const std::vector<int>& srcs);
 
   void finalize();
   void run(void* const* inputs, void* const* outputs);

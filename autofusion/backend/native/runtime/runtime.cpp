@@ -145,6 +145,8 @@ struct Exec {
   std::vector<Arg> args;
   std::unordered_map<int, memory> bound;
   std::string node;
+  KernelFn fn = nullptr;               // a generated kernel instead of a primitive
+  std::vector<memory> fn_in, fn_out;   // its operands, bound by finalize()
 };
 
 struct Partition::Impl {
@@ -361,6 +363,9 @@ struct Partition::Impl {
         e.bound[a.key] = m;
       }
       if (scratch_size) e.bound[DNNL_ARG_SCRATCHPAD] = scratch;
+      if (e.fn)
+        for (auto& a : e.args)
+          (a.key >= DNNL_ARG_MULTIPLE_DST ? e.fn_out : e.fn_in).push_back(e.bound[a.key]);
     }
     // a constant no step reads as it is (a weight now lives reordered) needs its copy no more
     std::unordered_set<int> read;
@@ -376,8 +381,18 @@ struct Partition::Impl {
       for (auto& m : input_mems[s]) m.set_data_handle(inputs[s]);
     for (size_t s = 0; s < output_mems.size(); ++s)
       for (auto& m : output_mems[s]) m.set_data_handle(outputs[s]);
+    std::vector<const float*> in;
+    std::vector<float*> out;
     for (auto& e : execs) {
       node = e.node;
+      if (e.fn) {
+        in.clear();
+        out.clear();
+        for (auto& m : e.fn_in) in.push_back(static_cast<const float*>(m.get_data_handle()));
+        for (auto& m : e.fn_out) out.push_back(static_cast<float*>(m.get_data_handle()));
+        e.fn(in.data(), out.data());
+        continue;
+      }
       try {
         e.prim.execute(strm, e.bound);
       } catch (const dnnl::error& err) {
@@ -692,6 +707,21 @@ void Partition::attention(int dst, int q, int k, int v, int mask, float scale) {
   m.add(pv, dnnl::matmul(pv), {Impl::use(DNNL_ARG_SRC, p), Impl::use(DNNL_ARG_WEIGHTS, vv),
                                Impl::use(DNNL_ARG_DST, y)});
   m.finish(dst, y);
+}
+
+void Partition::kernel(KernelFn fn, const std::vector<int>& dsts, const std::vector<int>& srcs) {
+  Impl& m = *impl_;
+  Exec e{dnnl::primitive(), {}, {}, m.node, fn, {}, {}};
+  for (size_t i = 0; i < srcs.size(); ++i)
+    e.args.push_back(Impl::use(DNNL_ARG_MULTIPLE_SRC + int(i),
+                               m.ensure(srcs[i], plain(m.val(srcs[i]).shape))));
+  std::vector<int> written;
+  for (size_t j = 0; j < dsts.size(); ++j) {
+    written.push_back(m.produce(dsts[j], plain(m.val(dsts[j]).shape)));
+    e.args.push_back(Impl::use(DNNL_ARG_MULTIPLE_DST + int(j), written.back()));
+  }
+  m.execs.push_back(std::move(e));
+  for (size_t j = 0; j < dsts.size(); ++j) m.finish(dsts[j], written[j]);
 }
 
 void Partition::finalize() { impl_->finalize(); }

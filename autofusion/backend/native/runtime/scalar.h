@@ -1,0 +1,69 @@
+// Scalar helpers of generated kernels: the elementwise functions ONNX defines that the C library
+// lacks, or defines otherwise (NaN propagates through af_max, af_min and af_relu, as in ONNX and
+// PyTorch). Each is one expression over floats, so a loop of them vectorises.
+// The expressions that call them come from autofusion/ir/scalar.py and ir/activations.py.
+#pragma once
+
+#include <cmath>
+
+// glibc's libmvec has vector versions of the float functions (AVX-512 among them); its header
+// declares them only under -ffast-math, which would also drop NaN and infinity semantics. The
+// same declarations here let `#pragma omp simd` loops call them, with IEEE semantics kept.
+#if defined(__x86_64__) && defined(__GLIBC__) && \
+    (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35)) && !defined(__FAST_MATH__)
+#define AF_VECTOR_MATH __attribute__((simd("notinbranch")))
+extern "C" {
+AF_VECTOR_MATH float expf(float) noexcept;
+AF_VECTOR_MATH float logf(float) noexcept;
+AF_VECTOR_MATH float log1pf(float) noexcept;
+AF_VECTOR_MATH float tanhf(float) noexcept;
+AF_VECTOR_MATH float erff(float) noexcept;
+AF_VECTOR_MATH float sinf(float) noexcept;
+AF_VECTOR_MATH float cosf(float) noexcept;
+AF_VECTOR_MATH float tanf(float) noexcept;
+AF_VECTOR_MATH float asinf(float) noexcept;
+AF_VECTOR_MATH float acosf(float) noexcept;
+AF_VECTOR_MATH float atanf(float) noexcept;
+AF_VECTOR_MATH float sinhf(float) noexcept;
+AF_VECTOR_MATH float coshf(float) noexcept;
+AF_VECTOR_MATH float asinhf(float) noexcept;
+AF_VECTOR_MATH float acoshf(float) noexcept;
+AF_VECTOR_MATH float atanhf(float) noexcept;
+}
+#endif
+
+namespace af {
+
+static inline float af_relu(float x) { return x < 0.f ? 0.f : x; }
+static inline float af_max(float a, float b) { return (a < b || b != b) ? b : a; }
+static inline float af_min(float a, float b) { return (a > b || b != b) ? b : a; }
+static inline float af_clip(float x, float lo, float hi) { return x < lo ? lo : (x > hi ? hi : x); }
+static inline float af_sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
+static inline float af_silu(float x) { return x / (1.f + expf(-x)); }
+static inline float af_hard_sigmoid(float x, float alpha, float beta) {
+  return af_clip(alpha * x + beta, 0.f, 1.f);
+}
+static inline float af_hard_swish(float x) { return x * af_clip(x * (1.f / 6.f) + 0.5f, 0.f, 1.f); }
+static inline float af_leaky_relu(float x, float alpha) { return x < 0.f ? alpha * x : x; }
+static inline float af_prelu(float x, float slope) { return x < 0.f ? slope * x : x; }
+static inline float af_elu(float x, float alpha) { return x < 0.f ? alpha * (expf(x) - 1.f) : x; }
+static inline float af_selu(float x, float alpha, float gamma) {
+  return gamma * (x > 0.f ? x : alpha * (expf(x) - 1.f));
+}
+static inline float af_celu(float x, float alpha) {
+  return (x > 0.f ? x : 0.f) + fminf(0.f, alpha * (expf(x / alpha) - 1.f));
+}
+static inline float af_thresholded_relu(float x, float alpha) { return x > alpha ? x : 0.f; }
+static inline float af_shrink(float x, float bias, float lambd) {
+  return x < -lambd ? x + bias : (x > lambd ? x - bias : 0.f);
+}
+// log(1 + e^x) without overflow: x itself where e^x dwarfs 1 (PyTorch's threshold)
+static inline float af_softplus(float x) { return x > 20.f ? x : log1pf(expf(x)); }
+static inline float af_mish(float x) { return x * tanhf(af_softplus(x)); }
+static inline float af_gelu(float x) { return 0.5f * x * (1.f + erff(x * 0.70710678118654752f)); }
+static inline float af_gelu_tanh(float x) {
+  return 0.5f * x * (1.f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+static inline float af_sign(float x) { return x > 0.f ? 1.f : (x < 0.f ? -1.f : x); }
+
+}  // namespace af

@@ -1,0 +1,231 @@
+"""Automatic fusion: the connected elementwise and broadcast work no rule named, grouped into
+regions; each region becomes one fused node (autofusion::Region) run as one generated kernel.
+
+    1. candidates  a node can join a region when its op has a scalar expression (ir/scalar.py)
+                   and its inputs and output are float32 of known shape
+    2. grow        in topological order, a candidate joins the region of one of its producers,
+                   the most recently started first, when (a) every other producer's group
+                   started before that region did, (b) its shape broadcasts with the region's
+                   and (c) the region stays within the size limits; otherwise it starts a
+                   region of its own
+    3. keep        a region is kept when the cost model says one kernel beats its ops one by
+                   one (a single op never does); the others dissolve
+    4. rewrite     each kept region becomes one Region node whose body is a copy of its ops
+
+Why (a) is enough for acyclicity: order every group (a region, or a node outside any) by the
+position of its first node. Before any join that order is topological. A join adds edges only
+into the joined region, from groups that (a) says come earlier; so the order stays topological
+and the grouped graph stays a DAG. It is one comparison per input: the planner is linear in the
+graph's size. It may refuse a join that would have been safe; the report says so ("order").
+
+Every candidate left alone, and every op next to a region that could not join it, gets a reason
+code (as graph-autofusion's NF codes): see REASONS.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..ir import DType, Graph, Node, OpClass, Value, broadcast_shapes, lookup
+from ..ir.builder import FUSED_DOMAIN
+from ..ir.scalar import expression
+from .cost import BANDWIDTH_BPS, LAUNCH_S, nbytes, seconds
+
+NAME = "AutoFusion"                  # the regions' name in the disable list
+MAX_NODES = 1024                     # ops per region (default; a control)
+MAX_INPUTS = 32                      # tensors a region reads (default; a control)
+
+REASONS = {
+    "opaque": "its op has no scalar expression, so generated kernels cannot compute it",
+    "dtype": "a value is not float32, the generated kernels' type",
+    "rank": "a value's shape is unknown",
+    "order": "its other inputs come from a group started after the region (joining could make "
+             "a cycle)",
+    "shape": "its shape does not broadcast with the region's",
+    "size": "the region has reached its size limit ({limit} ops)",
+    "inputs": "the region would read more than {limit} tensors",
+    "alone": "a region of one op does not pay (no launch or memory traffic saved)",
+}
+
+
+@dataclass(eq=False)
+class Region:
+    nodes: list[Node]
+    first: int                       # topological position of its first node
+    shape: tuple                     # the iteration space: every member broadcasts to it
+    inputs: set[int] = field(default_factory=set)   # id() of tensors read from outside
+
+    @property
+    def kernel_name(self) -> str:
+        return kernel_name(self.nodes)
+
+
+@dataclass
+class NotFused:
+    node: str
+    op: str
+    code: str
+    reason: str
+
+
+@dataclass
+class RegionPlan:
+    regions: list[Region]
+    not_fused: list[NotFused]
+
+
+def kernel_name(nodes: list[Node]) -> str:
+    """fused_sigmoid_mul_add: the region's distinct ops in order, the first four (a fused
+    activation by its name: fused_silu_add)."""
+    ops = list(dict.fromkeys((n.attr("activation") or n.op_type).lower() for n in nodes))
+    return "fused_" + "_".join(ops[:4]) + ("_etc" if len(ops) > 4 else "")
+
+
+def _refusal(node: Node) -> str | None:
+    """The reason code why the node cannot be in any region, or None."""
+    if expression(node) is None or any(v.uses for v in node.outputs[1:]):
+        return "opaque"   # (a second output in use: Dropout's mask)
+    for v in [*node.inputs, node.outputs[0]]:
+        if v is None:
+            continue
+        if v.dtype != DType.FLOAT:
+            return "dtype"
+        if v.shape is None or any(d is None for d in v.shape):
+            return "rank"
+    return None
+
+
+def _is_scalar_constant(v: Value) -> bool:
+    return v.const is not None and v.const.size == 1
+
+
+def plan_regions(graph: Graph, max_nodes: int = MAX_NODES, max_inputs: int = MAX_INPUTS) -> RegionPlan:
+    """Group the graph's candidates into regions (nothing is changed)."""
+    order = graph.nodes
+    pos = {n: i for i, n in enumerate(order)}
+    group: dict[Node, Region] = {}
+    why: dict[Node, tuple[str, dict]] = {}
+    candidates = {n for n in order if _refusal(n) is None}
+
+    def started(n: Node) -> int:   # where a producer's group starts
+        r = group.get(n)
+        return r.first if r is not None else pos[n]
+
+    for n in order:
+        if n not in candidates:
+            continue
+        shape = tuple(n.outputs[0].shape)
+        producers = {v.producer for v in n.inputs if v is not None and v.producer is not None}
+        joined = None
+        for r in sorted({group[p] for p in producers if p in group}, key=lambda r: -r.first):
+            if any(started(p) >= r.first for p in producers if group.get(p) is not r):
+                why[n] = ("order", {})
+                continue
+            try:
+                merged = broadcast_shapes(r.shape, shape)
+            except ValueError:
+                merged = None
+            if merged is None or any(d is None for d in merged):
+                why[n] = ("shape", {})
+                continue
+            if len(r.nodes) >= max_nodes:
+                why[n] = ("size", {"limit": max_nodes})
+                continue
+            reads = r.inputs | _reads(n, r)
+            if len(reads) > max_inputs:
+                why[n] = ("inputs", {"limit": max_inputs})
+                continue
+            r.nodes.append(n)
+            r.shape, r.inputs = tuple(merged), reads
+            joined = r
+            break
+        if joined is None:
+            joined = Region([n], pos[n], shape)
+            joined.inputs = _reads(n, joined)
+        else:
+            why.pop(n, None)
+        group[n] = joined
+
+    regions = list(dict.fromkeys(group.values()))
+    kept = [r for r in regions if _pays(r)]
+    not_fused = []
+    for r in regions:
+        if r not in kept:
+            for n in r.nodes:
+                code, params = why.get(n, ("alone", {}))
+                not_fused.append(NotFused(n.name, n.op_type, code, REASONS[code].format(**params)))
+    members = {n for r in kept for n in r.nodes}
+    for n in order:   # ops next to a region that could not join one
+        if n in members or n in candidates:
+            continue
+        near = any(v is not None and v.producer in members for v in n.inputs) or \
+            any(u in members for v in n.outputs for u in v.users)
+        opdef = lookup(n.domain, n.op_type)
+        if near and opdef is not None and opdef.op_class <= OpClass.REDUCTION:
+            code = _refusal(n) or "opaque"
+            not_fused.append(NotFused(n.name, n.op_type, code, REASONS[code]))
+    return RegionPlan(kept, not_fused)
+
+
+def _reads(n: Node, r: Region) -> set[int]:
+    """The tensors n reads from outside region r (scalar constants are written into the code)."""
+    members = set(map(id, r.nodes))
+    return {id(v) for v in n.inputs if v is not None and not _is_scalar_constant(v)
+            and (v.producer is None or id(v.producer) not in members)}
+
+
+def _pays(r: Region) -> bool:
+    """One kernel moving the region's inputs and outputs once beats its ops one by one."""
+    if len(r.nodes) < 2:
+        return False
+    ins, outs = _boundary(r.nodes)
+    fused = LAUNCH_S + sum(nbytes(v) for v in ins + outs) / BANDWIDTH_BPS
+    return fused < seconds(r.nodes)
+
+
+def _boundary(nodes: list[Node]) -> tuple[list[Value], list[Value]]:
+    """What a group of nodes reads from outside (in first-use order) and what leaves it."""
+    members = set(nodes)
+    outputs = set(map(id, nodes[0].graph.outputs)) if nodes[0].graph else set()
+    ins = list(dict.fromkeys(v for n in nodes for v in n.inputs
+                             if v is not None and v.producer not in members))
+    outs = [v for n in nodes for v in n.outputs
+            if id(v) in outputs or any(u not in members for u in v.users)]
+    return ins, outs
+
+
+def fuse_regions(graph: Graph, plan: RegionPlan) -> list[Node]:
+    """Replace each planned region by one Region node; returns the new nodes."""
+    made = []
+    for k, r in enumerate(plan.regions):
+        made.append(_rewrite(graph, r, k))
+    return made
+
+
+def _rewrite(graph: Graph, r: Region, k: int) -> Node:
+    ins, outs = _boundary(r.nodes)
+    inputs = [v for v in ins if not _is_scalar_constant(v)]
+    body = Graph(f"{r.kernel_name}_{k}", dict(graph.opset))
+    copies: dict[int, Value] = {}
+    for i, v in enumerate(inputs):
+        copies[id(v)] = body.add_input(f"in{i}", v.shape, v.dtype)
+    for v in ins:
+        if _is_scalar_constant(v):
+            copies[id(v)] = body.add_constant(body.fresh_name(v.name), v.const, v.dtype)
+    for n in r.nodes:
+        outs_copy = [Value(body.fresh_name(o.name), o.shape, o.dtype) for o in n.outputs]
+        body.add_node(n.op_type, [None if v is None else copies[id(v)] for v in n.inputs],
+                      outs_copy, dict(n.attrs), n.name, n.domain, n.origin)
+        copies.update((id(o), c) for o, c in zip(n.outputs, outs_copy))
+    body.outputs = [copies[id(v)] for v in outs]
+    node = graph.add_node(
+        "Region", inputs, [graph.fresh_name(f"{r.kernel_name}_{k}_out{j}") for j in range(len(outs))],
+        {"body": body, "kernel": r.kernel_name}, graph.fresh_name(f"{r.kernel_name}_{k}"),
+        FUSED_DOMAIN, tuple(o for n in r.nodes for o in n.origin))
+    node.meta["rule"] = NAME
+    for old, new in zip(outs, node.outputs):
+        new.shape, new.dtype = old.shape, old.dtype
+        graph.replace_all_uses(old, new)
+        old.name, new.name = new.name, old.name   # the value keeps the name users know it by
+    for n in reversed(r.nodes):   # consumers before producers: each is unused when removed
+        graph.remove(n)
+    return node
