@@ -180,12 +180,19 @@ def _fusion_flags(p: argparse.ArgumentParser) -> None:
                    help="threads for every kernel (default: as PyTorch has it, the usable cores)")
     p.add_argument("--plan", action="store_true",
                    help="print the plan: each node's implementation and why, partitions, layouts")
+    p.add_argument("--max-region-nodes", type=int, default=None, metavar="N",
+                   help="most ops in one automatic fusion region (default: "
+                        "$AUTOFUSION_MAX_REGION_NODES or 1024)")
+    p.add_argument("--max-region-inputs", type=int, default=None, metavar="N",
+                   help="most tensors one region reads (default: $AUTOFUSION_MAX_REGION_INPUTS or 32)")
 
 
 def _compile(args, level=None):
     import autofusion
     return autofusion.compile(args.model, level=args.level if level is None else level,
-                              disable=args.disable, backend=args.backend, threads=args.threads)
+                              disable=args.disable, backend=args.backend, threads=args.threads,
+                              max_region_nodes=args.max_region_nodes,
+                              max_region_inputs=args.max_region_inputs)
 
 
 def build_parser() -> argparse.ArgumentParser:

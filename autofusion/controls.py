@@ -1,4 +1,5 @@
-"""The compile controls: the fusion level, the list of rules to leave off and the backend, taken
+"""The compile controls: the fusion level, the list of rules to leave off, the region size limits
+and the backend, taken
 from the arguments, else the environment (our variables, or the original's as aliases), else the
 defaults.
 What each level does is fusion/pipeline.py's business; this file only decides which one runs.
@@ -11,6 +12,7 @@ from typing import Iterable
 from .backend.lower import BACKENDS
 from .errors import AutofusionError
 from .fusion import rule_names
+from .fusion.regions import MAX_INPUTS, MAX_NODES
 
 LEVELS = (0, 1, 2)
 DEFAULT_LEVEL = 2
@@ -19,6 +21,8 @@ DEFAULT_LEVEL = 2
 LEVEL_VARS = ("AUTOFUSION_LEVEL", "CANN_GRAPH_FUSION")
 DISABLE_VARS = ("AUTOFUSION_DISABLE", "GE_FUSION_DISABLE_LIST")
 BACKEND_VAR = "AUTOFUSION_BACKEND"
+REGION_VARS = {"max_region_nodes": ("AUTOFUSION_MAX_REGION_NODES", MAX_NODES),
+               "max_region_inputs": ("AUTOFUSION_MAX_REGION_INPUTS", MAX_INPUTS)}
 
 
 def resolve_controls(level: int | None, disable: Iterable[str] | str | None) -> tuple[int, list[str]]:
@@ -54,3 +58,17 @@ def resolve_backend(backend: str | None) -> str:
         where = "" if backend else f"{BACKEND_VAR}="
         raise AutofusionError(f"{where}{chosen!r}: the backend must be one of {', '.join(BACKENDS)}")
     return chosen
+
+
+def resolve_region_limits(max_nodes: int | None, max_inputs: int | None) -> dict[str, int]:
+    """Automatic fusion's region size limits: the arguments, else the environment, else the
+    defaults (fusion/regions.py)."""
+    limits = {}
+    for key, given in (("max_region_nodes", max_nodes), ("max_region_inputs", max_inputs)):
+        var, default = REGION_VARS[key]
+        raw = given if given is not None else os.environ.get(var, "").strip() or default
+        if not str(raw).isdigit() or int(raw) < 1:
+            where = f"{var}=" if given is None else f"{key}="
+            raise AutofusionError(f"{where}{raw!r}: a region limit must be a whole number >= 1")
+        limits[key] = int(raw)
+    return limits

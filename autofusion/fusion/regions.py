@@ -148,19 +148,19 @@ def plan_regions(graph: Graph, max_nodes: int = MAX_NODES, max_inputs: int = MAX
     regions = list(dict.fromkeys(group.values()))
     kept = [r for r in regions if _pays(r)]
     not_fused = []
-    for r in regions:
-        if r not in kept:
-            for n in r.nodes:
-                code, params = why.get(n, ("alone", {}))
+    for r in regions:   # a region's first op that could not join its producer's, and why
+        for n in (r.nodes if r not in kept else r.nodes[:1]):
+            code, params = why.get(n, ("alone", {}) if r not in kept else (None, {}))
+            if code:
                 not_fused.append(NotFused(n.name, n.op_type, code, REASONS[code].format(**params)))
     members = {n for r in kept for n in r.nodes}
-    for n in order:   # ops next to a region that could not join one
+    for n in order:   # ops of a kind regions take, refused; ops next to a region it cannot take
         if n in members or n in candidates:
             continue
+        opdef = lookup(n.domain, n.op_type)
         near = any(v is not None and v.producer in members for v in n.inputs) or \
             any(u in members for v in n.outputs for u in v.users)
-        opdef = lookup(n.domain, n.op_type)
-        if near and opdef is not None and opdef.op_class <= OpClass.REDUCTION:
+        if expression(n) is not None or (near and opdef is not None and opdef.op_class <= OpClass.REDUCTION):
             code = _refusal(n) or "opaque"
             not_fused.append(NotFused(n.name, n.op_type, code, REASONS[code]))
     return RegionPlan(kept, not_fused)

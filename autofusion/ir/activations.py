@@ -32,6 +32,8 @@ class Activation:
 
 
 def _clamp(F, x, low, high):
+    if math.isinf(low) and math.isinf(high):
+        return x
     return x.clamp(None if math.isinf(low) else low, None if math.isinf(high) else high)
 
 

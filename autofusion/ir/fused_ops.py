@@ -188,17 +188,22 @@ def _region_types(node: Node):
 def region(op: GraphBuilder, node: Node, *xs):
     """An automatic fusion region: its `body` subgraph (elementwise, broadcast and row-reduction
     ops the rules left alone) run as one generated kernel; `kernel` names it after its ops."""
-    return inline(op, node.attrs["body"], list(xs))
+    return inline(op, node.attrs["body"], list(xs), expand=True)
 
 
-def inline(op: GraphBuilder, body: Graph, inputs: list[Value]) -> list[Value]:
-    """Copy a subgraph's nodes into op's graph, reading `inputs` for its inputs."""
+def inline(op: GraphBuilder, body: Graph, inputs: list[Value], expand: bool = False) -> list[Value]:
+    """Copy a subgraph's nodes into op's graph, reading `inputs` for its inputs; with `expand`,
+    a fused op among them as its decomposition (standard ONNX ops only)."""
     copies: dict[int, Value] = {id(b): v for b, v in zip(body.inputs, inputs)}
     for v in body.constants.values():
         copies[id(v)] = op.constant(v.const, v.name)
     for n in body.nodes:
-        outs = getattr(op, n.op_type)(*[None if v is None else copies[id(v)] for v in n.inputs],
-                                      _domain=n.domain, _outputs=len(n.outputs), **n.attrs)
+        args = [None if v is None else copies[id(v)] for v in n.inputs]
+        if expand and n.domain == FUSED_DOMAIN:
+            outs = tuple(DECOMPOSITIONS[n.op_type](op, n, *args))
+            outs = outs if len(outs) > 1 else outs[0]
+        else:
+            outs = getattr(op, n.op_type)(*args, _domain=n.domain, _outputs=len(n.outputs), **n.attrs)
         for o, c in zip(n.outputs, outs if isinstance(outs, tuple) else (outs,)):
             copies[id(o)] = c
     return [copies[id(v)] for v in body.outputs]

@@ -8,7 +8,8 @@
               waking the threads; the innermost axis a `#pragma omp simd` loop of one scalar
               expression per op (ir/scalar.py), which the compiler vectorises
     outputs   an output smaller than S (a value that also leaves the region before a broadcast)
-              is stored where the axes it broadcasts along are at 0: each element once
+              is stored where the axes it broadcasts along are at 0: each element once; one
+              constant along the innermost axis after the vector loop, from its first element
 
 All arithmetic is float32. Sizes are static (native partitions are specialised per shape).
 """
@@ -103,22 +104,36 @@ def kernel_source(node: Node, fn: str) -> str:
     rank, inner = len(sizes), len(sizes) - 1
     idx = [f"i{d}" for d in range(rank)]
 
-    def at(o: Operand) -> str:
-        terms = [f"{i} * {s}" if s != 1 else i for i, s in zip(idx, o.strides) if s]
+    def at(o: Operand, index: dict[str, str]) -> str:
+        terms = [f"{i} * {s}" if s != 1 else i for i, s in zip(idx, o.strides)
+                 if s and index.get(i) != "0"]
         return f"{o.name}[{' + '.join(terms) or '0'}]"
 
-    body_lines = []
-    for i, (v, o) in enumerate(zip(body.inputs, ops)):
+    def compute(index: dict[str, str]) -> list[str]:
+        lines = [f"const float x{i} = {at(o, index)};" for i, o in enumerate(ops)]
+        for k, n in enumerate(body.nodes):
+            args = [None if v is None else names[id(v)] for v in n.inputs]
+            lines.append(f"const float t{k} = {expression(n)(n, *args)};   // {n.op_type}")
+        return lines
+
+    def store(v, o: Operand, index: dict[str, str]) -> str:
+        line = f"{at(o, index)} = {names[id(v)]};"
+        once = [f"{i} == 0" for i, s, n in zip(idx, o.strides, sizes) if s == 0 and n > 1 and i not in index]
+        return f"if ({' && '.join(once)}) {line}" if once else line
+
+    for i, v in enumerate(body.inputs):
         names[id(v)] = f"x{i}"
-        body_lines.append(f"const float x{i} = {at(o)};")
     for k, n in enumerate(body.nodes):
-        args = [None if v is None else names[id(v)] for v in n.inputs]
         names[id(n.outputs[0])] = f"t{k}"
-        body_lines.append(f"const float t{k} = {expression(n)(n, *args)};   // {n.op_type}")
-    for v, o in zip(body.outputs, outs):
-        store = f"{at(o)} = {names[id(v)]};"
-        once = [f"{i} == 0" for i, s, n in zip(idx, o.strides, sizes) if s == 0 and n > 1]
-        body_lines.append(f"if ({' && '.join(once)}) {store}" if once else store)
+    # outputs constant along the inner axis are stored after the vector loop, from its first
+    # element recomputed, so no store in the vector loop is conditional on the inner index
+    inner_const = [o.strides[inner] == 0 and sizes[inner] > 1 for o in outs]
+    body_lines = compute({}) + [store(v, o, {}) for v, o, c in zip(body.outputs, outs, inner_const) if not c]
+    tail_lines = []
+    if any(inner_const):
+        first = {idx[inner]: "0"}
+        tail_lines = ["{"] + ["  " + line for line in compute(first)] + \
+            ["  " + store(v, o, first) for v, o, c in zip(body.outputs, outs, inner_const) if c] + ["}"]
 
     numel = math.prod(sizes)
     lines = [f"// {node.attrs['kernel']}: {len(body.nodes)} op(s) over {list(space)}",
@@ -136,7 +151,10 @@ def kernel_source(node: Node, fn: str) -> str:
         lines.append(f"{pad}for (int64_t i{d} = 0; i{d} < {sizes[d]}; ++i{d}) {{")
         pad += "  "
     lines += [pad + line for line in body_lines]
-    for d in range(rank, 0, -1):
+    pad = pad[:-2]
+    lines.append(pad + "}")
+    lines += [pad + line for line in tail_lines]
+    for d in range(rank - 1, 0, -1):
         pad = pad[:-2]
         lines.append(pad + "}")
     lines.append("}")

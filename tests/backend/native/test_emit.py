@@ -44,4 +44,4 @@ def test_generated_source_matches_the_snapshot():
 
 def test_float_literals():
     assert [c_float(x) for x in (1.0, 1 / 6, float("inf"), -float("inf"))] == \
-        ["1.0f", "0.1666666716337204f", "af::inf", "-af::inf"]
+        ["1.0f", "0.1666666716337204f", "af::inf", "(-af::inf)"]

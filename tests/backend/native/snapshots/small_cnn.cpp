@@ -1,5 +1,6 @@
 // autofusion: native partitions of small_cnn, generated
 #include "native.h"
+#include "scalar.h"
 
 using namespace af;
 
