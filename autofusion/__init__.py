@@ -1,10 +1,11 @@
 """autofusion: an automatic operator-fusion compiler for deep-learning models."""
 from .api import compile, load
-from .export import export_onnx
+from .export import export_html, export_onnx
+from .debug import debug_view
 from .backend import CompiledModel
 from .errors import (AutofusionError, GraphError, InputError, KernelBuildError, ModelLoadError,
                      NodeExecutionError, UnsupportedOpError)
 
 __version__ = "0.1.0"
-__all__ = ["compile", "load", "export_onnx", "CompiledModel", "AutofusionError", "GraphError", "InputError",
+__all__ = ["compile", "load", "export_html", "export_onnx", "debug_view", "CompiledModel", "AutofusionError", "GraphError", "InputError",
            "KernelBuildError", "ModelLoadError", "NodeExecutionError", "UnsupportedOpError"]

@@ -6,6 +6,9 @@
     conv-chain         64 blocks of 1x1 Conv(64->64, bias) + BatchNormalization + Relu on
                        1x64x14x14: level 2's fused convolutions against the faster of ONNX
                        Runtime and OpenVINO f32
+    elementwise-8      8 elementwise ops (SiLU, a per-channel add, Relu, a scale, Tanh, a
+                       residual subtract, Abs) on 1x64x112x112: one automatic fusion region
+                       against the same ops one by one (level 2 without regions; target 3x)
 
     python -m benchmarks.micro                          # both models, every system
     python -m benchmarks.micro --models conv-chain --rounds 20
@@ -86,7 +89,20 @@ def conv_chain(blocks: int = 64, channels: int = 64, size: int = 14) -> onnx.Mod
     return _model("conv-chain", nodes, constants, [1, channels, size, size])
 
 
-MODELS = {"elementwise-chain": elementwise_chain, "conv-chain": conv_chain}
+def elementwise_8(channels: int = 64, size: int = 112) -> onnx.ModelProto:
+    """x [1, channels, size, size] through 8 elementwise ops no rule fuses into one kernel."""
+    rng = np.random.default_rng(SEED)
+    constants = [_constant("shift", rng.normal(0, 0.1, (1, channels, 1, 1))),
+                 _constant("half", np.array(0.5))]
+    steps = [("Sigmoid", ["x"]), ("Mul", ["x", "t0"]), ("Add", ["t1", "shift"]), ("Relu", ["t2"]),
+             ("Mul", ["t3", "half"]), ("Tanh", ["t4"]), ("Sub", ["t5", "x"]), ("Abs", ["t6"])]
+    nodes = [helper.make_node(op, ins, ["y" if i == len(steps) - 1 else f"t{i}"], name=f"{op}_{i}")
+             for i, (op, ins) in enumerate(steps)]
+    return _model("elementwise-8", nodes, constants, [1, channels, size, size])
+
+
+MODELS = {"elementwise-chain": elementwise_chain, "conv-chain": conv_chain,
+          "elementwise-8": elementwise_8}
 
 
 def _constant(name: str, values: np.ndarray) -> onnx.TensorProto:
@@ -117,7 +133,7 @@ def example_inputs(model: onnx.ModelProto) -> dict[str, np.ndarray]:
 def micro_systems() -> list[System]:
     """Fresh instances, in table-column order: ours first, then the fp32 peers."""
     return [Autofusion(0), Autofusion(0, backend="torch"),
-            Autofusion(2), Autofusion(2, backend="torch"),
+            Autofusion(2), Autofusion(2, regions=False), Autofusion(2, backend="torch"),
             OnnxRuntime("ORT_ENABLE_ALL"), OpenVino("fp32")]
 
 
@@ -161,6 +177,12 @@ def notes(results: dict) -> list[str]:
     if ratio:
         lines.append(f"conv-chain: autofusion L2 vs the faster of ORT opt all and OpenVINO f32: "
                      f"{ratio[0]:.2f}x ({ratio[1]})")
+    ew = results["models"].get("elementwise-8")
+    times = ew and {k: v.get("median_ms") for k, v in ew["systems"].items() if v.get("status") == "ok"}
+    if times and times.get("autofusion-L2") and times.get("autofusion-L2-noregions"):
+        lines.append(f"elementwise-8: one generated kernel vs its ops one by one (L2 without "
+                     f"regions): {times['autofusion-L2-noregions'] / times['autofusion-L2']:.2f}x; "
+                     "target >= 3x")
     return lines
 
 

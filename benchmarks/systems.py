@@ -66,17 +66,20 @@ class Autofusion(System):
     (its PyTorch/oneDNN kernels, named with a -torch suffix)."""
     peer = False
 
-    def __init__(self, level: int, backend: str = "native"):
+    def __init__(self, level: int, backend: str = "native", regions: bool = True):
         self.level = level
         self.backend = backend
+        self.disable = () if regions else ("AutoFusion",)
         native = backend == "native"
-        self.name = f"autofusion-L{level}" + ("" if native else f"-{backend}")
-        self.label = f"autofusion L{level}" + ("" if native else f" ({backend})")
+        self.name = f"autofusion-L{level}" + ("" if native else f"-{backend}") + \
+            ("" if regions else "-noregions")
+        self.label = f"autofusion L{level}" + ("" if native else f" ({backend})") + \
+            ("" if regions else " (no regions)")
 
     def compile(self) -> None:
         import autofusion
         self.model = autofusion.compile(self.case.onnx_path, level=self.level,
-                                        backend=self.backend)
+                                        backend=self.backend, disable=list(self.disable))
         # torch tensors in, torch tensors out: the zero-conversion path of CompiledModel
         self.feeds = {n: self.case.inputs[n] for n in self.model.input_names}
 

@@ -130,7 +130,7 @@ def plan_regions(graph: Graph, max_nodes: int = MAX_NODES, max_inputs: int = MAX
             if len(r.nodes) >= max_nodes:
                 why[n] = ("size", {"limit": max_nodes})
                 continue
-            reads = r.inputs | _reads(n, r)
+            reads = r.inputs | _reads(n, r, group)
             if len(reads) > max_inputs:
                 why[n] = ("inputs", {"limit": max_inputs})
                 continue
@@ -140,7 +140,7 @@ def plan_regions(graph: Graph, max_nodes: int = MAX_NODES, max_inputs: int = MAX
             break
         if joined is None:
             joined = Region([n], pos[n], shape)
-            joined.inputs = _reads(n, joined)
+            joined.inputs = _reads(n, joined, group)
         else:
             why.pop(n, None)
         group[n] = joined
@@ -166,11 +166,10 @@ def plan_regions(graph: Graph, max_nodes: int = MAX_NODES, max_inputs: int = MAX
     return RegionPlan(kept, not_fused)
 
 
-def _reads(n: Node, r: Region) -> set[int]:
+def _reads(n: Node, r: Region, group: dict[Node, Region]) -> set[int]:
     """The tensors n reads from outside region r (scalar constants are written into the code)."""
-    members = set(map(id, r.nodes))
     return {id(v) for v in n.inputs if v is not None and not _is_scalar_constant(v)
-            and (v.producer is None or id(v.producer) not in members)}
+            and (v.producer is None or group.get(v.producer) is not r)}
 
 
 def _pays(r: Region) -> bool:

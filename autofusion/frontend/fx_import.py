@@ -1,0 +1,431 @@
+"""ATen FX graph → IR: the importer behind torch.compile(backend="autofusion").
+
+Reads a functional core-ATen graph (fx_trace.py makes one) and writes the IR graph ONNX import
+would: ONNX operators with ONNX attribute meaning, so the same rules fuse it.
+
+    placeholders   a frozen tensor (parameter, buffer) becomes a graph constant; another tensor
+                   a graph input, its symbolic sizes (dynamo's s0, s1, …) symbolic dims; a SymInt
+                   placeholder no input at all (it is read off an input's shape where needed)
+    the nodes      only those the outputs need, in graph order; each through its lowering in
+                   aten_ops.py, or, before that, a pattern there that reassembles what the
+                   decompositions took apart (a linear layer, a batched matmul)
+    unmapped ops   an op without a lowering, or whose lowering refuses, becomes a TorchCall of
+                   the op itself (ir/torch_call.py), listed in `fallbacks` with the reason
+    sizes          a SymInt an op needs is computed in the graph from the Shape of an input that
+                   has it (the way exporters build reshape targets), so shapes stay symbolic
+
+Each IR node is named after its FX node; the types the IR's shape rules give are checked
+against those the trace recorded, and filled in from them where the rules cannot tell.
+"""
+from __future__ import annotations
+
+import json
+import operator
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import sympy
+import torch
+from torch import fx
+
+from ..errors import GraphError
+from ..ir import DType, Graph, GraphBuilder, Value
+from ..ir.torch_call import TORCH_CALL, TORCH_DOMAIN
+from .fx_trace import UnsupportedGraphError
+
+TORCH_TO_DTYPE = {
+    torch.float32: DType.FLOAT, torch.float64: DType.DOUBLE, torch.float16: DType.FLOAT16,
+    torch.bfloat16: DType.BFLOAT16, torch.int8: DType.INT8, torch.int16: DType.INT16,
+    torch.int32: DType.INT32, torch.int64: DType.INT64, torch.uint8: DType.UINT8,
+    torch.bool: DType.BOOL, torch.complex64: DType.COMPLEX64, torch.complex128: DType.COMPLEX128,
+}
+INT64_MAX = 2**63 - 1
+
+
+class Unmapped(Exception):
+    """A lowering refuses a node; it then runs as a TorchCall, and this is the reason given."""
+
+
+@dataclass
+class Fallback:
+    op: str        # "aten.erfinv.default"
+    node: str      # the FX node
+    reason: str
+
+    def __str__(self) -> str:
+        return f"Fallback {self.op}: {self.reason} (node {self.node!r})"
+
+
+@dataclass
+class FxImport:
+    graph: Graph
+    input_positions: list[int]     # the placeholder behind each graph input, in order
+    output_slots: list[tuple[str, Any]]   # per FX output: ("tensor", graph output index) or ("value", v)
+    fallbacks: list[Fallback] = field(default_factory=list)
+
+
+def dtype_of(t: torch.dtype, where: str) -> DType:
+    if t not in TORCH_TO_DTYPE:
+        raise UnsupportedGraphError(f"{where}: element type {t} has no IR type")
+    return TORCH_TO_DTYPE[t]
+
+
+def ir_dim(d) -> int | str:
+    """A size as an IR dim: an int, or the symbolic expression's text ("s0")."""
+    if isinstance(d, int):
+        return d
+    expr = sym_expr(d)
+    return int(expr) if expr.is_number else str(expr)
+
+
+def sym_expr(d) -> sympy.Expr:
+    if isinstance(d, int):
+        return sympy.Integer(d)
+    node = d.node
+    expr = node.expr
+    shape_env = getattr(node, "shape_env", None)
+    return shape_env.replace(expr) if shape_env is not None else expr
+
+
+def is_tensor(x) -> bool:
+    return isinstance(x, torch.Tensor)
+
+
+def meta_of(x):
+    """What the trace recorded for an FX node (a fake tensor, a SymInt, a tuple), else x itself."""
+    return x.meta.get("val") if isinstance(x, fx.Node) else x
+
+
+def constant_array(t: torch.Tensor) -> tuple[np.ndarray, DType]:
+    """A frozen tensor's data, copied (later writes to the parameter do not reach it)."""
+    dtype = dtype_of(t.dtype, "constant")
+    t = t.detach().cpu()
+    if t.dtype == torch.bfloat16:
+        return t.float().numpy().copy(), dtype
+    return t.contiguous().numpy().copy(), dtype
+
+
+class FxImporter:
+    """One import: the graph being written and the value of each FX node in it."""
+
+    def __init__(self, gm: fx.GraphModule, constants: dict[int, torch.Tensor],
+                 names: Sequence[str] | None, graph_name: str):
+        from . import aten_ops   # the lowering table (imports this module for its helpers)
+        self.lowerings, self.patterns = aten_ops.LOWERINGS, aten_ops.PATTERNS
+        self.gm, self.constants = gm, constants
+        self.names = list(names) if names is not None else None
+        self.graph = Graph(graph_name)
+        self.values: dict[fx.Node, Any] = {}
+        self.symbol_sources: dict[str, tuple[Value, int]] = {}
+        self.fallbacks: list[Fallback] = []
+        self.input_positions: list[int] = []
+        self.op: GraphBuilder = GraphBuilder(self.graph)
+        self.node: fx.Node | None = None
+        self._dim_cache: dict[str, Value] = {}
+
+    # ---- the driver ----------------------------------------------------------------------
+    def run(self) -> FxImport:
+        placeholders = [n for n in self.gm.graph.nodes if n.op == "placeholder"]
+        for i, node in enumerate(placeholders):
+            self._placeholder(i, node)
+        output = next(n for n in self.gm.graph.nodes if n.op == "output")
+        plan = self._plan(output)
+        for node in self.gm.graph.nodes:
+            if node in plan and node.op == "call_function":
+                self._lower(node, plan[node])
+            elif node.op == "get_attr" and node in plan:
+                self._get_attr(node)
+            elif node.op not in ("placeholder", "output", "call_function", "get_attr"):
+                raise UnsupportedGraphError(f"node {node.name!r}: FX {node.op} nodes are not read")
+        slots = self._outputs(output)
+        return FxImport(self.graph, self.input_positions, slots, self.fallbacks)
+
+    def _plan(self, output: fx.Node) -> dict[fx.Node, Any]:
+        """The nodes the outputs need, each with the pattern that lowers it (None: its own
+        lowering); a pattern reads its own inputs, so what it absorbs is never lowered."""
+        plan: dict[fx.Node, Any] = {}
+        stack = list(output.all_input_nodes)
+        while stack:
+            node = stack.pop()
+            if node in plan:
+                continue
+            match = None
+            for pattern in self.patterns.get(node.target, ()) if node.op == "call_function" else ():
+                match = pattern(self, node)
+                if match is not None:
+                    break
+            plan[node] = match
+            stack.extend(match.reads if match is not None else node.all_input_nodes)
+        return plan
+
+    def _placeholder(self, i: int, node: fx.Node) -> None:
+        name = self._fresh(self.names[i] if self.names and i < len(self.names) else node.name)
+        if i in self.constants:
+            data, dtype = constant_array(self.constants[i])
+            self.values[node] = self.graph.add_constant(name, data, dtype)
+            return
+        val = meta_of(node)
+        if not is_tensor(val):
+            self.values[node] = val   # a SymInt or a Python scalar: no graph input
+            return
+        shape = tuple(ir_dim(d) for d in val.shape)
+        value = self.graph.add_input(name, shape, dtype_of(val.dtype, f"input {name!r}"))
+        self.input_positions.append(i)
+        self.values[node] = value
+        for axis, d in enumerate(val.shape):
+            if not isinstance(d, int) and sym_expr(d).is_Symbol:
+                self.symbol_sources.setdefault(str(sym_expr(d)), (value, axis))
+
+    def _get_attr(self, node: fx.Node) -> None:
+        attr = self.gm
+        for part in str(node.target).split("."):
+            attr = getattr(attr, part)
+        if not is_tensor(attr):
+            raise UnsupportedGraphError(f"node {node.name!r} reads {node.target!r}, which is not a tensor")
+        data, dtype = constant_array(attr)
+        self.values[node] = self.graph.add_constant(self._fresh(node.name), data, dtype)
+
+    def _lower(self, node: fx.Node, match) -> None:
+        val = meta_of(node)
+        if node.target is operator.getitem:
+            self.values[node] = self._getitem(node)
+            return
+        if not is_tensor(val) and not (isinstance(val, (tuple, list)) and any(map(is_tensor, val))):
+            self.values[node] = val   # size arithmetic: kept symbolic, computed where used
+            return
+        self.node, self.op = node, GraphBuilder(self.graph, node.name, (node.name,))
+        try:
+            if match is not None:
+                result = match.lower(self)
+            elif node.target in self.lowerings:
+                result = self.lowerings[node.target](self, node)
+            else:
+                raise Unmapped("no mapping to the op table")
+        except Unmapped as e:
+            self.op = GraphBuilder(self.graph, node.name, (node.name,))
+            result = self._torch_call(node, str(e))
+        self.values[node] = self._typed(node, result)
+
+    def _getitem(self, node: fx.Node):
+        parent, index = node.args
+        outs = self.values[parent]
+        if not isinstance(outs, (tuple, list)):
+            raise GraphError(f"node {node.name!r} indexes {parent.name!r}, which has one output")
+        out = outs[index]
+        if out is None and is_tensor(meta_of(node)):
+            raise GraphError(f"node {node.name!r}: output {index} of {parent.name!r} was not lowered")
+        return out
+
+    def _typed(self, node: fx.Node, result):
+        """Check the IR's types against the trace's; fill in what the shape rules left open."""
+        vals = meta_of(node)
+        results = result if isinstance(result, tuple) else (result,)
+        vals = vals if isinstance(vals, (tuple, list)) else (vals,)
+        for value, val in zip(results, vals):
+            if value is None or not is_tensor(val):
+                continue
+            want = tuple(ir_dim(d) for d in val.shape)
+            dtype = dtype_of(val.dtype, f"node {node.name!r}")
+            if value.dtype is not None and value.dtype != dtype:
+                raise GraphError(f"node {node.name!r} ({node.target}): lowered to {value.type_str()}, "
+                                 f"but PyTorch computes {dtype.name.lower()}")
+            if value.shape is not None and len(value.shape) != len(want):
+                raise GraphError(f"node {node.name!r} ({node.target}): lowered to rank "
+                                 f"{len(value.shape)}, but PyTorch computes shape {list(want)}")
+            have = value.shape or (None,) * len(want)
+            for h, w in zip(have, want):
+                if isinstance(h, int) and isinstance(w, int) and h != w:
+                    raise GraphError(f"node {node.name!r} ({node.target}): lowered to shape "
+                                     f"{list(have)}, but PyTorch computes {list(want)}")
+            if value.producer is not None:   # never retype an input or a constant
+                value.shape = tuple(h if h is not None else (w if isinstance(w, int) or w in
+                                                             self.symbol_sources else None)
+                                    for h, w in zip(have, want))
+                value.dtype = dtype
+        return result
+
+    def _outputs(self, output: fx.Node) -> list[tuple[str, Any]]:
+        slots = []
+        items = output.args[0]
+        for item in items if isinstance(items, (tuple, list)) else [items]:
+            if isinstance(item, fx.Node) and is_tensor(meta_of(item)):
+                self.graph.outputs.append(self.values[item])
+                slots.append(("tensor", len(self.graph.outputs) - 1))
+            elif item is None or isinstance(item, (int, float, bool)):
+                slots.append(("value", item))
+            else:
+                raise UnsupportedGraphError(f"output {item} is a {type(meta_of(item)).__name__} "
+                                            "computed at run time, not a tensor")
+        return slots
+
+    def _fresh(self, hint: str) -> str:
+        return self.graph.fresh_name(hint)
+
+    # ---- what lowerings use ----------------------------------------------------------------
+    def value(self, arg) -> Value:
+        """The IR value of a tensor argument."""
+        if not isinstance(arg, fx.Node):
+            raise Unmapped(f"argument {arg!r} is not a tensor")
+        v = self.values.get(arg)
+        if not isinstance(v, Value):
+            raise Unmapped(f"argument {arg.name!r} has no IR value")
+        return v
+
+    def const(self, data, dtype: DType | None = None, hint: str = "const") -> Value:
+        return self.graph.add_constant(self._fresh(f"{self.node.name}_{hint}" if self.node else hint),
+                                       np.array(data, order="C"), dtype)
+
+    def scalar(self, x, dtype: torch.dtype) -> Value:
+        """A Python number as a 0-d constant of `dtype`."""
+        np_dtype = torch.empty((), dtype=dtype).numpy().dtype if dtype != torch.bfloat16 else np.float32
+        return self.const(np.array(x, dtype=np_dtype), dtype_of(dtype, "scalar"), "scalar")
+
+    def operand(self, x, dtype: torch.dtype) -> Value:
+        """A tensor or scalar argument of an elementwise op, as `dtype`."""
+        if isinstance(x, fx.Node) and is_tensor(meta_of(x)):
+            return self.cast(self.value(x), dtype)
+        value = meta_of(x)
+        if not isinstance(value, (int, float, bool)):
+            return self.cast(self.index(x), dtype)
+        return self.scalar(value, dtype)
+
+    def cast(self, v: Value, dtype: torch.dtype) -> Value:
+        to = dtype_of(dtype, "cast")
+        return v if v.dtype == to else self.op.Cast(v, to=int(to))
+
+    def index(self, x) -> Value:
+        """An int or SymInt as a 0-d int64 value (computed from input shapes when symbolic)."""
+        x = meta_of(x)
+        if isinstance(x, (int, bool)):
+            return self.const(np.array(int(x), np.int64), hint="int")
+        return self.op.Squeeze(self._dim_vector(sym_expr(x)), self.const(np.array([0], np.int64), hint="axes"))
+
+    def ints(self, items: Sequence) -> Value:
+        """A 1-D int64 value of ints and SymInts: a constant, or a Concat of constants and sizes
+        read off the inputs' shapes."""
+        items = [meta_of(i) for i in items]
+        if all(isinstance(i, int) for i in items):
+            return self.const(np.array(items, np.int64).reshape(-1), hint="ints")
+        pieces, run = [], []
+        for item in items:
+            if isinstance(item, int):
+                run.append(item)
+                continue
+            if run:
+                pieces.append(self.const(np.array(run, np.int64), hint="ints"))
+                run = []
+            pieces.append(self._dim_vector(sym_expr(item)))
+        if run:
+            pieces.append(self.const(np.array(run, np.int64), hint="ints"))
+        return pieces[0] if len(pieces) == 1 else self.op.Concat(*pieces, axis=0)
+
+    def _dim_vector(self, expr: sympy.Expr) -> Value:
+        """A size expression as a [1] int64 value."""
+        if expr.is_Integer:
+            return self.const(np.array([int(expr)], np.int64), hint="ints")
+        key = str(expr)
+        if key in self._dim_cache:
+            return self._dim_cache[key]
+        if expr.is_Symbol:
+            if key not in self.symbol_sources:
+                raise Unmapped(f"the size {key} is no input's dimension, so the graph cannot compute it")
+            source, axis = self.symbol_sources[key]
+            out = GraphBuilder(self.graph, f"{source.name}_dim{axis}").Shape(source, start=axis, end=axis + 1)
+        elif isinstance(expr, (sympy.Add, sympy.Mul)):
+            terms = [self._dim_vector(a) for a in expr.args]
+            out = terms[0]
+            for t in terms[1:]:
+                out = self.op.Add(out, t) if isinstance(expr, sympy.Add) else self.op.Mul(out, t)
+        elif type(expr).__name__ == "FloorDiv":
+            out = self.op.Div(self._dim_vector(expr.args[0]), self._dim_vector(expr.args[1]))
+        else:
+            raise Unmapped(f"the size {expr} is not computed in the graph (only +, ·, // of input dims)")
+        self._dim_cache[key] = out
+        return out
+
+    def dims(self, x) -> list[int | str]:
+        """The IR dims of a tensor argument, as the trace saw them."""
+        return [ir_dim(d) for d in meta_of(x).shape]
+
+    # ---- the fallback ----------------------------------------------------------------------
+    def _torch_call(self, node: fx.Node, reason: str):
+        """The node as a call of its own target; its tensors and sizes become inputs."""
+        target = node.target
+        name = str(target)
+        if not isinstance(target, torch._ops.OpOverload):
+            raise UnsupportedGraphError(f"node {node.name!r} calls {name}, which is not an ATen "
+                                        f"operator and has no mapping ({reason})")
+        inputs: list[Value] = []
+
+        def encode(a):
+            if isinstance(a, (list, tuple)):
+                items = [encode(x) for x in a]
+                return items if isinstance(a, list) else {"tuple": items}
+            if isinstance(a, fx.Node):
+                val = meta_of(a)
+                if is_tensor(val):
+                    inputs.append(self.value(a))
+                    return {"input": len(inputs) - 1}
+                a = val
+            if isinstance(a, torch.SymInt):
+                inputs.append(self.index(a))
+                return {"int_input": len(inputs) - 1}
+            if isinstance(a, torch.dtype):
+                return {"dtype": str(a).removeprefix("torch.")}
+            if isinstance(a, torch.device):
+                return {"device": str(a)}
+            if isinstance(a, torch.layout):
+                return {"layout": str(a).removeprefix("torch.")}
+            if isinstance(a, torch.memory_format):
+                return {"memory_format": str(a).removeprefix("torch.")}
+            if a is None or isinstance(a, (bool, int, float, str)):
+                return a
+            raise UnsupportedGraphError(f"node {node.name!r} ({name}) has an argument of type "
+                                        f"{type(a).__name__}, which a TorchCall cannot carry")
+
+        call = {"args": encode(list(node.args)), "kwargs": {k: encode(v) for k, v in node.kwargs.items()}}
+        val = meta_of(node)
+        many = isinstance(val, (tuple, list))
+        vals = list(val) if many else [val]
+        if not all(is_tensor(v) for v in vals):
+            raise UnsupportedGraphError(f"node {node.name!r} ({name}) returns non-tensors and has "
+                                        f"no mapping ({reason})")
+        outs = self.op.TorchCall(*inputs, _domain=TORCH_DOMAIN, _outputs=len(vals), target=name,
+                                 args=json.dumps(call), reason=reason, tuple_output=int(many))
+        outs = outs if isinstance(outs, tuple) else (outs,)
+        for v, t in zip(outs, vals):
+            v.shape = tuple(ir_dim(d) if isinstance(ir_dim(d), int) or ir_dim(d) in self.symbol_sources
+                            else None for d in t.shape)
+            v.dtype = dtype_of(t.dtype, f"node {node.name!r}")
+        self.graph.opset.setdefault(TORCH_DOMAIN, 1)
+        self.fallbacks.append(Fallback(name, node.name, reason))
+        return outs if many else outs[0]
+
+
+def import_fx(gm: fx.GraphModule, constants: dict[int, torch.Tensor] | None = None,
+              names: Sequence[str] | None = None, graph_name: str = "torch_graph") -> FxImport:
+    """An ATen FX graph as an IR graph. `constants`: placeholder index → the tensor to freeze
+    there (parameters and buffers); `names`: a name per placeholder."""
+    result = FxImporter(gm, constants or {}, names, graph_name).run()
+    result.graph.verify()
+    return result
+
+
+def bind(node: fx.Node) -> dict[str, Any]:
+    """The node's arguments by schema name, defaults filled in."""
+    schema = node.target._schema
+    bound = {}
+    for i, arg in enumerate(schema.arguments):
+        if i < len(node.args) and not arg.kwarg_only:
+            bound[arg.name] = node.args[i]
+        elif arg.name in node.kwargs:
+            bound[arg.name] = node.kwargs[arg.name]
+        elif arg.has_default_value():
+            bound[arg.name] = arg.default_value
+        else:
+            bound[arg.name] = None
+    return bound
+
+
+Lowering = Callable[[FxImporter, fx.Node], Any]
