@@ -8,6 +8,7 @@ from typing import Iterable
 import onnx
 
 from .backend import CompiledModel, check_supported, evaluate_node
+from . import progress
 from .controls import resolve_backend, resolve_controls, resolve_region_limits
 from .errors import AutofusionError
 from .frontend import import_onnx
@@ -48,10 +49,13 @@ def compile(model: Model, level: int | None = None,  # noqa: A001 - mirrors torc
     level, disable = resolve_controls(level, disable)
     limits = resolve_region_limits(max_region_nodes, max_region_inputs)
     backend = resolve_backend(backend)
-    graph = load(model)
+    with progress.step("importing"):
+        graph = load(model)
     name = Path(model).name if isinstance(model, (str, os.PathLike)) else graph.name
-    report = optimize(graph, level, disable, evaluate_node, model_name=name, **limits)
-    return CompiledModel(graph, report, backend, threads)
+    with progress.step("fusing"):
+        report = optimize(graph, level, disable, evaluate_node, model_name=name, **limits)
+    with progress.step("lowering and building native code"):
+        return CompiledModel(graph, report, backend, threads)
 
 
 def _is_torch_module(model) -> bool:

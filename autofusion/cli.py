@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import progress
 from .errors import AutofusionError
 
 
@@ -65,7 +66,8 @@ def cmd_run(args) -> int:
         print(model.plan)
     feeds = _load_inputs(args.inputs) if args.inputs else random_inputs(
         model.graph, _parse_dims(args.dim), args.seed)
-    outs = model.run(feeds)
+    with progress.step("running"):
+        outs = model.run(feeds)
     print(f"{args.model}: {model.report.ops_before} nodes, {len(model.graph)} after fusion "
           f"(level {model.report.level})")
     for name, a in outs.items():
@@ -85,11 +87,16 @@ def cmd_run(args) -> int:
 
 def cmd_compile(args) -> int:
     import autofusion
+    if args.html:
+        from .export.graphviz import find_dot
+        find_dot()   # before the compile: a missing Graphviz fails at once
     model = _compile(args)
     if args.measure:
         from .measure import measure_speedup
         feeds = random_inputs(model.graph, _parse_dims(args.dim), args.seed)
-        model.report.measured = measure_speedup(_compile(args, level=0), model, feeds)
+        unfused = _compile(args, level=0)
+        with progress.step("measuring fused against level 0"):
+            model.report.measured = measure_speedup(unfused, model, feeds)
     print(model.report.text())
     if args.plan:
         print(model.plan)
@@ -99,6 +106,10 @@ def cmd_compile(args) -> int:
     if args.report:
         Path(args.report).write_text(model.report.dumps())
         print(f"wrote {args.report}")
+    if args.html:
+        with progress.step("drawing the HTML report"):
+            autofusion.export_html(model, args.html, original=args.model)
+        print(f"wrote {args.html}")
     return 0
 
 
@@ -185,14 +196,18 @@ def _fusion_flags(p: argparse.ArgumentParser) -> None:
                         "$AUTOFUSION_MAX_REGION_NODES or 1024)")
     p.add_argument("--max-region-inputs", type=int, default=None, metavar="N",
                    help="most tensors one region reads (default: $AUTOFUSION_MAX_REGION_INPUTS or 32)")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="a progress line on stderr for long work (default: $AUTOFUSION_PROGRESS, "
+                        "else only where stderr is a terminal)")
 
 
 def _compile(args, level=None):
     import autofusion
-    return autofusion.compile(args.model, level=args.level if level is None else level,
-                              disable=args.disable, backend=args.backend, threads=args.threads,
-                              max_region_nodes=args.max_region_nodes,
-                              max_region_inputs=args.max_region_inputs)
+    with progress.step(f"compiling {Path(args.model).name}" + (" at level 0" if level == 0 else "")):
+        return autofusion.compile(args.model, level=args.level if level is None else level,
+                                  disable=args.disable, backend=args.backend, threads=args.threads,
+                                  max_region_nodes=args.max_region_nodes,
+                                  max_region_inputs=args.max_region_inputs)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -214,6 +229,9 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("model", type=Path)
     comp.add_argument("-o", "--output", type=Path, help="write the fused model as ONNX")
     comp.add_argument("--report", type=Path, help="write the fusion report as JSON")
+    comp.add_argument("--html", type=Path, metavar="FILE",
+                      help="write the report as one self-contained HTML page: the graph before "
+                           "and after fusion, the fused groups, the reasons (needs Graphviz's dot)")
     comp.add_argument("--measure", action="store_true",
                       help="also time the fused model against level 0 on random inputs")
     comp.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE",
@@ -242,6 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    progress.configure(getattr(args, "progress", None))
     try:
         return args.fn(args)
     except AutofusionError as e:
