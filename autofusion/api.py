@@ -7,8 +7,8 @@ from typing import Iterable
 
 import onnx
 
-from .backend import CompiledModel, check_supported, evaluate_node
 from . import progress
+from .backend import CompiledModel, check_supported, evaluate_node
 from .controls import resolve_backend, resolve_controls, resolve_region_limits
 from .errors import AutofusionError
 from .frontend import import_onnx

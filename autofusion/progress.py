@@ -16,8 +16,9 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator, TextIO
+from typing import TextIO
 
 SHOW_AFTER_S = 2.0
 TICK_S = 0.25

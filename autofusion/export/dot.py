@@ -54,7 +54,7 @@ def _label(lines: list[str]) -> str:
     return '"' + "\\n".join(map(_escape, lines)) + '"'
 
 
-def _attrs(**kv: str) -> str:
+def _attrs(kv: dict[str, str]) -> str:
     return "[" + ", ".join(f"{k}={v}" for k, v in kv.items()) + "]"
 
 
@@ -62,13 +62,13 @@ def _box_line(box: Box) -> str:
     style = ["filled", "rounded" if box.shape == "box" else "solid"]
     if box.dashed:
         style.append("dashed")
-    attrs = dict(id=quote(box.id), label=_label(box.label), shape=box.shape,
-                 style=quote(",".join(style)), fillcolor=quote(box.fill), color=quote(box.border))
+    attrs = {"id": quote(box.id), "label": _label(box.label), "shape": box.shape,
+             "style": quote(",".join(style)), "fillcolor": quote(box.fill), "color": quote(box.border)}
     if box.bold_border:
         attrs["penwidth"] = "2.5"
     if box.classes:
         attrs["class"] = quote(" ".join(box.classes))
-    return f"  {quote(box.name)} {_attrs(**attrs)};"
+    return f"  {quote(box.name)} {_attrs(attrs)};"
 
 
 def _cluster_lines(cluster: Cluster, names: dict[str, str]) -> list[str]:
@@ -87,8 +87,8 @@ def dot_source(drawing: Drawing) -> str:
     """The drawing in DOT: top to bottom, boxes declared once, clusters listing their boxes."""
     names = {b.id: b.name for b in drawing.boxes}
     lines = [f"digraph {quote(drawing.id)} {{",
-             f"  id={quote(drawing.id)}; rankdir=TB; nodesep=0.25; ranksep=0.35;"
-             ' fontname="Helvetica"; fontsize=11; labeljust=l;',
+             (f"  id={quote(drawing.id)}; rankdir=TB; nodesep=0.25; ranksep=0.35;"
+              ' fontname="Helvetica"; fontsize=11; labeljust=l;'),
              '  node [fontname="Helvetica", fontsize=10, height=0.3, margin="0.08,0.03"];',
              '  edge [color="#8a8a8a", arrowsize=0.5];']
     lines += [_box_line(b) for b in drawing.boxes]

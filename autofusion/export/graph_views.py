@@ -102,24 +102,20 @@ def _label(node: Node) -> list[str]:
     return [node.op_type] + ([out] if out else [])
 
 
+def _io_box(view: View, box_id: str, v: Value, role: str) -> str:
+    """A graph input or output, drawn as an ellipse."""
+    fill, border = IO
+    view.drawing.boxes.append(Box(box_id, f"{role} {v.name}", [v.name, v.type_str()], fill, border,
+                                  shape="ellipse", classes=["af-io"]))
+    view.details[box_id] = {"name": v.name, "op": f"graph {role}",
+                            "inputs" if role == "output" else "outputs": [_value_row(v)]}
+    return box_id
+
+
 def _io_boxes(graph: Graph, prefix: str, view: View) -> tuple[dict[int, str], list[str]]:
     """Boxes for the graph's inputs and outputs; returns {id(input value): box id}, output ids."""
-    inputs: dict[int, str] = {}
-    for i, v in enumerate(graph.inputs):
-        box_id = f"{prefix}-in{i}"
-        fill, border = IO
-        view.drawing.boxes.append(Box(box_id, f"input {v.name}", [v.name, v.type_str()], fill,
-                                      border, shape="ellipse", classes=["af-io"]))
-        view.details[box_id] = {"name": v.name, "op": "graph input", "outputs": [_value_row(v)]}
-        inputs[id(v)] = box_id
-    outputs = []
-    for i, v in enumerate(graph.outputs):
-        box_id = f"{prefix}-out{i}"
-        fill, border = IO
-        view.drawing.boxes.append(Box(box_id, f"output {v.name}", [v.name, v.type_str()], fill,
-                                      border, shape="ellipse", classes=["af-io"]))
-        view.details[box_id] = {"name": v.name, "op": "graph output", "inputs": [_value_row(v)]}
-        outputs.append(box_id)
+    inputs = {id(v): _io_box(view, f"{prefix}-in{i}", v, "input") for i, v in enumerate(graph.inputs)}
+    outputs = [_io_box(view, f"{prefix}-out{i}", v, "output") for i, v in enumerate(graph.outputs)]
     return inputs, outputs
 
 

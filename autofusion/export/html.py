@@ -53,7 +53,7 @@ def _original_graph(original: Any, fused: Graph) -> Graph:
                               "the model file or ModelProto that was compiled")
     if isinstance(original, Graph):
         return original
-    from ..frontend import import_onnx   # the same import compile made, made again
+    from ..frontend import import_onnx  # the same import compile made, made again
     return import_onnx(original)
 
 
@@ -91,8 +91,8 @@ def html_page(report: FusionReport, before: Graph, after: Graph, plan: Any | Non
         '<div class="af-main">',
         _pane("before", f"Before fusion — {len(before)} nodes", svgs["before"]),
         _pane("after", f"After fusion — {len(after)} nodes", svgs["after"]),
-        '<aside id="af-details">Click a node for its op, shapes, attributes, the rule that made '
-        "it and the ONNX nodes it stands for. Drag to pan, wheel to zoom.</aside>",
+        ('<aside id="af-details">Click a node for its op, shapes, attributes, the rule that made '
+         "it and the ONNX nodes it stands for. Drag to pan, wheel to zoom.</aside>"),
         "</div>", "</section>", '<div id="af-tip"></div>',
         f'<script type="application/json" id="af-data">{_json_for_script(before_view, after_view)}</script>',
         f"<script>{JS}</script>", "</body>", "</html>", ""])
@@ -102,7 +102,7 @@ def inline_svg(svg: str) -> str:
     """dot's SVG document as an element for the page: no XML prolog, doctype or comments; the
     page's script sizes it (the viewBox stays)."""
     svg = svg[svg.index("<svg"):]
-    svg = re.sub(r"<!--.*?-->\n?", "", svg, flags=re.S)
+    svg = re.sub(r"<!--.*?-->\n?", "", svg, flags=re.DOTALL)
     return re.sub(r'<svg width="[^"]*" height="[^"]*"', "<svg", svg, count=1)
 
 
@@ -153,8 +153,8 @@ def _totals_table(report: FusionReport) -> str:
             ("Overall speedup", f"{report.est_speedup:.2f}x (estimated by the cost model)")]
     if report.measured:
         m = report.measured
-        rows.append(("Measured speedup", f"{m['speedup']:.2f}x ({m['level0_ms']:.2f} ms -> "
-                                         f"{m['fused_ms']:.2f} ms, median of {m['runs']} runs)"))
+        rows.append(("Measured speedup", (f"{m['speedup']:.2f}x ({m['level0_ms']:.2f} ms -> "
+                                          f"{m['fused_ms']:.2f} ms, median of {m['runs']} runs)")))
     done = {k: v for k, v in report.passes.items() if v}
     if done:
         rows.append(("Clean-up", ", ".join(f"{k} {v}" for k, v in done.items())))

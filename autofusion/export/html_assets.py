@@ -71,6 +71,7 @@ JS = r"""
   var viewOf = function (id) { return id.indexOf("before-") === 0 ? "before" : "after"; };
   var panes = {};
   var selected = [], hits = [], matches = [], matchAt = -1;
+  var READABLE = 0.6;                   // pixels per SVG unit at which 10-point labels still read
 
   function box(id) { return document.getElementById(id); }
 
@@ -147,7 +148,7 @@ JS = r"""
   }
   function start(p) {   // a tall graph starts at its top at full size, centred on its first input; others fit whole
     var c = size(p), f = p.full;
-    if (Math.min(c.w / f.w, c.h / f.h) > 0.3) { fit(p); return; }   // whole and still readable
+    if (Math.min(c.w / f.w, c.h / f.h) >= READABLE) { fit(p); return; }   // whole and still readable
     var w = Math.min(f.w + 16, c.w * 0.75), h = w * c.h / c.w, cx = f.x + f.w / 2;
     var first = p.svg.querySelector("g.node");
     if (first && w < f.w) { var b = bbox(p, first); cx = Math.min(Math.max(b.x + b.w / 2, f.x + w / 2), f.x + f.w - w / 2); }
@@ -169,7 +170,7 @@ JS = r"""
       var x1 = Math.max.apply(null, bs.map(function (b) { return b.x + b.w; })), y1 = Math.max.apply(null, bs.map(function (b) { return b.y + b.h; }));
       var c = size(p), w = p.vb[2], need = Math.max(x1 - x0, (y1 - y0) * c.w / c.h) * 1.3;
       if (w < need) w = need;                          // all of them in view
-      if (w > Math.max(need, (x1 - x0) * 14)) w = Math.max(need, (x1 - x0) * 14, 200);   // close enough to read
+      if (w > Math.max(need, c.w / READABLE)) w = Math.max(need, c.w);   // close enough to read
       viewAround(p, (x0 + x1) / 2, (y0 + y1) / 2, w);
     });
   }

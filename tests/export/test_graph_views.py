@@ -3,12 +3,17 @@ near-misses, stubs for widely read nodes, peers between the views. Pure Python: 
 from __future__ import annotations
 
 import onnx
+import pytest
 from onnx import TensorProto, helper
 
 import autofusion
 from autofusion.export.dot import dot_source
-from autofusion.export.graph_views import (NEAR_MISS_BORDER, READERS_DRAWN_AS_STUBS, graph_views,
-                                           rule_colours)
+from autofusion.export.graph_views import (
+    NEAR_MISS_BORDER,
+    READERS_DRAWN_AS_STUBS,
+    graph_views,
+    rule_colours,
+)
 from tests.models.architectures import bert_layer
 
 EXAMPLE = "examples/tiny_resnet.onnx"
@@ -37,7 +42,7 @@ def test_each_fused_node_is_a_cluster_of_its_onnx_nodes_in_its_rules_colour():
 
 
 def test_details_link_the_views_and_say_what_became_of_each_node():
-    before, compiled, bv, av, _ = views(EXAMPLE)
+    _, _, bv, av, _ = views(EXAMPLE)
     conv = next(i for i, f in bv.details.items() if f["name"] == "/0/Conv")
     facts = bv.details[conv]
     assert facts["op"] == "Conv" and facts["fate"] == ("fused by ConvBNReluFusionOp into "
@@ -60,7 +65,7 @@ def test_rule_colours_follow_the_report_most_matches_first():
 
 def test_near_misses_are_marked_with_their_reasons():
     model, _ = bert_layer()
-    _, compiled, bv, av, _ = views(model)
+    _, compiled, _, av, _ = views(model)
     assert compiled.report.near_misses
     miss = compiled.report.near_misses[0]
     marked = {f["name"]: (i, f) for i, f in av.details.items() if "near_misses" in f}
@@ -82,7 +87,7 @@ def test_a_node_read_by_many_is_drawn_as_a_stub_at_each_reader():
     model = helper.make_model(helper.make_graph(nodes, "fan", [x], outs),
                               opset_imports=[helper.make_opsetid("", 17)])
     onnx.checker.check_model(model)
-    before, _, bv, _, _ = views(model)
+    _, _, bv, _, _ = views(model)
     shared = next(i for i, f in bv.details.items() if f.get("name") == "shared")
     stubs = [b for b in bv.drawing.boxes if "af-stub" in b.classes]
     assert len(stubs) == READERS_DRAWN_AS_STUBS
@@ -100,3 +105,16 @@ def test_dot_source_quotes_names():
     _, _, bv, _, _ = views(model)
     text = dot_source(bv.drawing)
     assert '"odd \\"name\\" \\\\N"' in text and '"input in \\"x\\"\\\\"' in text
+
+
+def test_native_partitions_are_dashed_clusters_of_the_fused_graph():
+    compiled = autofusion.compile(EXAMPLE, backend="auto")
+    native = [p for p in compiled.plan.partitions if p.target == "native"]
+    if not native:
+        pytest.skip(f"no native code on this machine: {compiled.native_unavailable}")
+    _, av, _ = graph_views(autofusion.load(EXAMPLE), compiled.graph, compiled.report, compiled.plan)
+    clusters = [c for c in av.drawing.clusters if "af-partition" in c.classes]
+    assert [c.label for c in clusters] == [f"native partition {p.index} ({len(p.nodes)} nodes)" for p in native]
+    assert all(c.dashed for c in clusters)
+    assert all(av.details[i]["runs"].startswith(f"native partition {native[0].index} via ")
+               for i in clusters[0].box_ids)

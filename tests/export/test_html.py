@@ -45,7 +45,7 @@ def browser(url: str, *args: str, size: str = "1400,1000") -> subprocess.Complet
     if os.geteuid() == 0:
         flags.append("--no-sandbox")   # Chromium's sandbox refuses to run as root
     done = subprocess.run([chromium(), *flags, *args, url], capture_output=True, text=True,
-                          timeout=180)
+                          timeout=180, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     return done
 
