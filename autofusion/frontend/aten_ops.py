@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import fx
 
-from ..ir import DType, Value
+from ..ir import Value
 from .fx_import import INT64_MAX, FxImporter, Lowering, Unmapped, bind, dtype_of, ir_dim, meta_of
 
 aten = torch.ops.aten

@@ -31,7 +31,7 @@ from torch import fx
 
 from ..errors import GraphError
 from ..ir import DType, Graph, GraphBuilder, Value
-from ..ir.torch_call import TORCH_CALL, TORCH_DOMAIN
+from ..ir.torch_call import TORCH_DOMAIN
 from .fx_trace import UnsupportedGraphError
 
 TORCH_TO_DTYPE = {

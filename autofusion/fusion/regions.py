@@ -147,10 +147,11 @@ def plan_regions(graph: Graph, max_nodes: int = MAX_NODES, max_inputs: int = MAX
 
     regions = list(dict.fromkeys(group.values()))
     kept = [r for r in regions if _pays(r)]
+    dissolved = set(regions) - set(kept)
     not_fused = []
     for r in regions:   # a region's first op that could not join its producer's, and why
-        for n in (r.nodes if r not in kept else r.nodes[:1]):
-            code, params = why.get(n, ("alone", {}) if r not in kept else (None, {}))
+        for n in (r.nodes if r in dissolved else r.nodes[:1]):
+            code, params = why.get(n, ("alone", {}) if r in dissolved else (None, {}))
             if code:
                 not_fused.append(NotFused(n.name, n.op_type, code, REASONS[code].format(**params)))
     members = {n for r in kept for n in r.nodes}

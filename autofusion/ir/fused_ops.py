@@ -15,7 +15,7 @@ import numpy as np
 
 from .activations import activation as activation_of_node, apply_activation, gelu as gelu_in_onnx
 from .activations import ACTIVATIONS, scalar_constant
-from .builder import FUSED_DOMAIN, GraphBuilder, fused, infer_types
+from .builder import FUSED_DOMAIN, GraphBuilder, fused
 from .graph import Graph, Node, Value
 from .ops import OpClass, OpDef, register
 from .scalar import register_expression
