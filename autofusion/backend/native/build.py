@@ -99,7 +99,7 @@ def _cpu() -> str:
     return f"{fields.get('model name', '')}|{fields.get('flags', '')}"
 
 
-def _link_name(lib: Path) -> str:
+def link_name(lib: Path) -> str:
     return "-l:" + next(n for n in ("libdnnl.so.3", "libdnnl.so") if (lib / n).exists())
 
 
@@ -108,7 +108,7 @@ def runtime_library(tc: Toolchain) -> Path:
     sources = [(RUNTIME_DIR / n).read_text() for n in ("native.h", "runtime.cpp")]
     out = cache_dir() / f"libafrt-{tc.key(*sources)}.so"
     return _build(tc, out, RUNTIME_DIR / "runtime.cpp", FLAGS,
-                  [f"-I{RUNTIME_DIR}", f"-I{tc.include}", f"-L{tc.lib}", _link_name(tc.lib),
+                  [f"-I{RUNTIME_DIR}", f"-I{tc.include}", f"-L{tc.lib}", link_name(tc.lib),
                    f"-Wl,-rpath,{tc.lib}"])
 
 
