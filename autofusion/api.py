@@ -9,7 +9,7 @@ import onnx
 
 from . import progress
 from .backend import CompiledModel, check_supported, evaluate_node
-from .controls import resolve_backend, resolve_controls, resolve_region_limits
+from .controls import resolve_backend, resolve_controls, resolve_precision, resolve_region_limits
 from .errors import AutofusionError
 from .frontend import import_onnx
 from .fusion import optimize
@@ -28,7 +28,8 @@ def load(model: Model) -> Graph:
 def compile(model: Model, level: int | None = None,  # noqa: A001 - mirrors torch.compile
             disable: Iterable[str] | str | None = None, backend: str | None = None,
             threads: int | None = None, max_region_nodes: int | None = None,
-            max_region_inputs: int | None = None, example_inputs=None) -> CompiledModel:
+            max_region_inputs: int | None = None, example_inputs=None, precision: str | None = None,
+            calibration=None, tolerance: float | None = None) -> CompiledModel:
     """Compile an ONNX model (a path, a ModelProto or an IR Graph) into a callable CompiledModel.
 
     level: 0 runs every operator as imported, 1 applies clean-up and the basic rules, 2 (the
@@ -39,23 +40,31 @@ def compile(model: Model, level: int | None = None,  # noqa: A001 - mirrors torc
     AUTOFUSION_BACKEND. threads: the OpenMP threads every kernel uses (default: as torch has it).
     max_region_nodes / max_region_inputs: the most ops and input tensors one automatic fusion
     region may have (or AUTOFUSION_MAX_REGION_NODES / AUTOFUSION_MAX_REGION_INPUTS).
+    precision: "fp32" (the default), "bf16" (native convolutions and products in bf16 with fp32
+    accumulation where this CPU has bf16 dot products; everything else fp32) or "fp16" (on a CPU
+    without fp16 arithmetic, the same as bf16), or AUTOFUSION_PRECISION. The precision guard
+    checks each reduced node on calibration inputs (`calibration`: a dict by input name or an
+    .npz file; random by default) and keeps in fp32 each whose error exceeds `tolerance`
+    (default 2e-2 of its output's largest magnitude); model.report says what it kept.
     An nn.Module compiles without dynamo for inputs shaped like `example_inputs` (see dynamo.py).
     """
     if _is_torch_module(model):
         from .dynamo import compile_module
         if example_inputs is None:
             raise AutofusionError("compiling an nn.Module needs example_inputs (tensors shaped like its inputs)")
-        return compile_module(model, example_inputs, level, disable, backend, threads)
+        return compile_module(model, example_inputs, level, disable, backend, threads, precision,
+                              calibration, tolerance)
     level, disable = resolve_controls(level, disable)
     limits = resolve_region_limits(max_region_nodes, max_region_inputs)
     backend = resolve_backend(backend)
+    precision = resolve_precision(precision)
     with progress.step("importing"):
         graph = load(model)
     name = Path(model).name if isinstance(model, (str, os.PathLike)) else graph.name
     with progress.step("fusing"):
         report = optimize(graph, level, disable, evaluate_node, model_name=name, **limits)
     with progress.step("lowering and building native code"):
-        return CompiledModel(graph, report, backend, threads)
+        return CompiledModel(graph, report, backend, threads, precision, calibration, tolerance)
 
 
 def _is_torch_module(model) -> bool:

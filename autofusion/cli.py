@@ -196,6 +196,14 @@ def _fusion_flags(p: argparse.ArgumentParser) -> None:
                         "$AUTOFUSION_MAX_REGION_NODES or 1024)")
     p.add_argument("--max-region-inputs", type=int, default=None, metavar="N",
                    help="most tensors one region reads (default: $AUTOFUSION_MAX_REGION_INPUTS or 32)")
+    p.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default=None,
+                   help="what convolutions and products compute in (default: $AUTOFUSION_PRECISION "
+                        "or fp32); bf16/fp16 are checked per node by the precision guard")
+    p.add_argument("--calibrate", metavar="INPUTS.npz", default=None,
+                   help="the precision guard's calibration inputs (default: random)")
+    p.add_argument("--tolerance", type=float, default=None,
+                   help="the guard's per-node error bound, relative to each output's largest "
+                        "magnitude (default 2e-2)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="a progress line on stderr for long work (default: $AUTOFUSION_PROGRESS, "
                         "else only where stderr is a terminal)")
@@ -207,7 +215,9 @@ def _compile(args, level=None):
         return autofusion.compile(args.model, level=args.level if level is None else level,
                                   disable=args.disable, backend=args.backend, threads=args.threads,
                                   max_region_nodes=args.max_region_nodes,
-                                  max_region_inputs=args.max_region_inputs)
+                                  max_region_inputs=args.max_region_inputs,
+                                  precision=args.precision, calibration=args.calibrate,
+                                  tolerance=args.tolerance)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,7 +1,6 @@
-"""The compile controls: the fusion level, the list of rules to leave off, the region size limits
-and the backend, taken
-from the arguments, else the environment (our variables, or the original's as aliases), else the
-defaults.
+"""The compile controls: the fusion level, the list of rules to leave off, the region size limits,
+the backend and the precision, taken from the arguments, else the environment (our variables, or
+the original's as aliases), else the defaults.
 What each level does is fusion/pipeline.py's business; this file only decides which one runs.
 """
 from __future__ import annotations
@@ -10,6 +9,7 @@ import os
 from typing import Iterable
 
 from .backend.lower import BACKENDS
+from .backend.precision import PRECISIONS
 from .errors import AutofusionError
 from .fusion import rule_names
 from .fusion.regions import MAX_INPUTS, MAX_NODES
@@ -21,6 +21,7 @@ DEFAULT_LEVEL = 2
 LEVEL_VARS = ("AUTOFUSION_LEVEL", "CANN_GRAPH_FUSION")
 DISABLE_VARS = ("AUTOFUSION_DISABLE", "GE_FUSION_DISABLE_LIST")
 BACKEND_VAR = "AUTOFUSION_BACKEND"
+PRECISION_VAR = "AUTOFUSION_PRECISION"
 REGION_VARS = {"max_region_nodes": ("AUTOFUSION_MAX_REGION_NODES", MAX_NODES),
                "max_region_inputs": ("AUTOFUSION_MAX_REGION_INPUTS", MAX_INPUTS)}
 
@@ -57,6 +58,15 @@ def resolve_backend(backend: str | None) -> str:
     if chosen not in BACKENDS:
         where = "" if backend else f"{BACKEND_VAR}="
         raise AutofusionError(f"{where}{chosen!r}: the backend must be one of {', '.join(BACKENDS)}")
+    return chosen
+
+
+def resolve_precision(precision: str | None) -> str:
+    """The precision from the argument, else AUTOFUSION_PRECISION, else fp32."""
+    chosen = precision or os.environ.get(PRECISION_VAR, "").strip() or "fp32"
+    if chosen not in PRECISIONS:
+        where = "" if precision else f"{PRECISION_VAR}="
+        raise AutofusionError(f"{where}{chosen!r}: the precision must be one of {', '.join(PRECISIONS)}")
     return chosen
 
 

@@ -28,14 +28,14 @@ import torch
 from torch import fx
 
 from .backend import CompiledModel, evaluate_node
-from .controls import resolve_backend, resolve_controls
+from .controls import resolve_backend, resolve_controls, resolve_precision
 from .errors import AutofusionError
 from .frontend.fx_import import Fallback, FxImport, import_fx
 from .frontend.fx_trace import UnsupportedGraphError, fakify_dynamo_inputs, trace_aten, trace_module
 from .fusion import optimize
 from .fusion.report import FusionReport
 
-OPTIONS = ("level", "disable", "backend", "threads")
+OPTIONS = ("level", "disable", "backend", "threads", "precision", "calibration", "tolerance")
 
 
 class AutofusionFallbackWarning(UserWarning):
@@ -65,14 +65,18 @@ class Controls:
     disable: tuple[str, ...]
     backend: str
     threads: int | None
+    precision: str = "fp32"
+    calibration: Any = None
+    tolerance: float | None = None
 
     @classmethod
     def resolve(cls, level=None, disable: Iterable[str] | str | None = None, backend=None,
-                threads=None) -> "Controls":
+                threads=None, precision=None, calibration=None, tolerance=None) -> "Controls":
         level, disable = resolve_controls(level, disable)
         if threads is not None and (not isinstance(threads, int) or threads < 1):
             raise AutofusionError(f"threads={threads!r}: must be a positive int")
-        return cls(level, tuple(disable), resolve_backend(backend), threads)
+        return cls(level, tuple(disable), resolve_backend(backend), threads,
+                   resolve_precision(precision), calibration, tolerance)
 
     @classmethod
     def from_options(cls, options: dict | None) -> "Controls":
@@ -88,7 +92,7 @@ def compile_imported(imported: FxImport, controls: Controls, name: str) -> Compi
     """The pipeline ONNX models go through, on an imported graph."""
     report = optimize(imported.graph, controls.level, controls.disable, evaluate_node, model_name=name)
     return CompiledModel(imported.graph, TorchReport.of(report, imported.fallbacks), controls.backend,
-                         controls.threads)
+                         controls.threads, controls.precision, controls.calibration, controls.tolerance)
 
 
 # ---- torch.compile ------------------------------------------------------------------------
@@ -229,10 +233,11 @@ def compiled_graphs() -> list[CompiledGraph]:
 # ---- a module without dynamo ----------------------------------------------------------------
 
 def compile_module(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor] | torch.Tensor,
-                   level=None, disable=None, backend=None, threads=None) -> CompiledModel:
+                   level=None, disable=None, backend=None, threads=None,
+                   precision=None, calibration=None, tolerance=None) -> CompiledModel:
     """Compile an nn.Module for inputs shaped like `example_inputs` (static sizes), tracing it to
     ATen with make_fx, no dynamo. The CompiledModel returns the module's tensors, flattened."""
-    controls = Controls.resolve(level, disable, backend, threads)
+    controls = Controls.resolve(level, disable, backend, threads, precision, calibration, tolerance)
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
     if not isinstance(module, torch.nn.Module):

@@ -39,6 +39,7 @@ class Impl:
     tensor_inputs: tuple[int, ...] | None = None   # the inputs read at run time (None: all)
     view: bool = False          # native: the output is the input's bytes with another shape
     overwrites: Any = None      # native: node → the input it may write its output over, if any
+    reduced: bool = False       # native: computes in bf16 where the plan says (convs, GEMMs)
     doc: str = ""
 
     def cost(self, node: Node) -> float:

@@ -7,7 +7,9 @@
                 graph allows
     3. split    partitions: maximal runs of native nodes in that order, each one C++ function
                 called once per run; every torch node is a step of its own
-    4. values   for each native partition, what crosses its boundary (inputs, outputs,
+    4. precision where the compile asks for bf16: each native convolution or product computes in
+                bf16, except the nodes the precision guard keeps in fp32 (backend/precision.py)
+    5. values   for each native partition, what crosses its boundary (inputs, outputs,
                 constants), and for each value inside: its layout (plain where a partition
                 output or a consumer needs dense rows, else what oneDNN picks), its lifetime
                 (first and last step) and whether its producer overwrites its input in place
@@ -31,6 +33,7 @@ class Decision:
     node: Node
     impl: Impl
     refused: list[tuple[str, str]]    # (implementation, reason) of the others considered
+    precision: str = "fp32"           # what its products compute in: "fp32" | "bf16"
 
 
 @dataclass
@@ -57,6 +60,7 @@ class Plan:
     native: str | None                # why native code cannot run at all, None when it can
     decisions: dict[Node, Decision]
     partitions: list[Partition]       # in execution order; torch partitions hold one node
+    precision: str = "fp32"           # what the compile asked the products to compute in
 
     def summary(self) -> str:
         """One line for the report."""
@@ -87,23 +91,32 @@ class Plan:
                     if vp is not None:
                         outs.append(f"{v.name} {vp.layout} steps {vp.first}-{vp.last}"
                                     + (f" in place of {vp.in_place_of.name}" if vp.in_place_of else ""))
-                lines.append(f"    {step:3d} {n.name} ({n.op}) via {self.decisions[n].impl.name}"
+                d = self.decisions[n]
+                at = f" in {d.precision}" if self.precision != "fp32" and d.impl.reduced else ""
+                lines.append(f"    {step:3d} {n.name} ({n.op}) via {d.impl.name}{at}"
                              + (f" -> {'; '.join(outs)}" if outs else ""))
         return "\n".join(lines)
 
 
-def lower(graph: Graph, backend: str = "auto", native_unavailable: str | None = None) -> Plan:
-    """The plan for a graph. native_unavailable: why native code cannot run here, if it cannot."""
+def lower(graph: Graph, backend: str = "auto", native_unavailable: str | None = None,
+          precision: str = "fp32", keep_fp32: frozenset[str] = frozenset()) -> Plan:
+    """The plan for a graph. native_unavailable: why native code cannot run here, if it cannot.
+    precision: "bf16" runs native convolutions and products in bf16, but for the nodes named in
+    keep_fp32."""
     if backend not in BACKENDS:
         raise AutofusionError(f"backend {backend!r}: choose one of {', '.join(BACKENDS)}")
     targets = ("torch",) if backend == "torch" or native_unavailable else ("torch", "native")
     decisions = {n: choose(n, targets) for n in graph.nodes}
+    if precision == "bf16":
+        for n, d in decisions.items():
+            if d.impl.reduced and n.name not in keep_fp32:
+                d.precision = "bf16"
     order = schedule(graph, {n: d.impl.target for n, d in decisions.items()})
     partitions = split(order, decisions)
     for part in partitions:
         if part.target == "native":
             plan_values(part, decisions, graph)
-    return Plan(backend, native_unavailable, decisions, partitions)
+    return Plan(backend, native_unavailable, decisions, partitions, precision)
 
 
 def choose(node: Node, targets: tuple[str, ...]) -> Decision:

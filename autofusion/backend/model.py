@@ -13,6 +13,8 @@ from ..ir import Graph, Value
 from . import native
 from .executor import Program, check_supported, storage, to_numpy
 from .lower import lower
+from .precision import (TOLERANCE, GuardReport, calibration_feeds, guard, propagate,
+                        relative_error, resolve)
 from .specialise import specialise, symbolic_dims
 from .torch_cpu import TORCH_DTYPES
 
@@ -28,7 +30,8 @@ class CompiledModel:
     """
 
     def __init__(self, graph: Graph, report: Any = None, backend: str = "auto",
-                 threads: int | None = None):
+                 threads: int | None = None, precision: str = "fp32", calibration: Any = None,
+                 tolerance: float | None = None):
         self.graph = graph
         self.report = report
         self.backend = backend
@@ -37,6 +40,11 @@ class CompiledModel:
         self.native_unavailable = native.unavailable() if self.backend != "torch" else None
         if self.backend == "native" and self.native_unavailable is not None:
             raise AutofusionError(f"backend 'native' cannot run here: {self.native_unavailable}")
+        self.precision = resolve(precision, self.backend != "torch" and self.native_unavailable is None)
+        self.guard: GuardReport | None = None
+        feeds = reference = None
+        if self.precision.compute != "fp32":
+            feeds, reference = self._guard(calibration, TOLERANCE if tolerance is None else tolerance)
         self.program = self._program(graph)
         self.plan = self.program.plan
         # symbolic input dims: each new set of sizes gets a program of its own, native where
@@ -50,9 +58,39 @@ class CompiledModel:
             report.backend = self.plan.summary() + (
                 f"; native code is specialised to each new set of input sizes on first use "
                 f"(the last {SPECIALISED} kept)" if self.specialised is not None else "")
+            report.precision = self._precision_report(feeds, reference)
+
+    def _guard(self, calibration: Any, tolerance: float) -> tuple[dict, dict]:
+        """Run the precision guard on the calibration inputs (of the graph specialised to their
+        sizes); the inputs and the fp32 outputs on them."""
+        feeds = calibration_feeds(self.graph, calibration)
+        graph = self.graph
+        if symbolic_dims(graph):
+            graph = specialise(graph, self._check_symbolic_dims(
+                [self._check_input(v, feeds[v.name]) for v in graph.inputs]))
+        plan = lower(graph, self.backend, self.native_unavailable, self.precision.compute)
+        values = propagate(graph, feeds)
+        self.guard = guard(graph, plan, values, tolerance, "random" if calibration is None else "given")
+        return feeds, {v.name: values[v] for v in graph.outputs}
+
+    def _precision_report(self, feeds: dict | None, reference: dict | None) -> dict:
+        """What computed in which precision, what the guard kept in fp32, the end-to-end error."""
+        p = self.precision
+        out = {"requested": p.requested, "compute": p.compute, "note": p.note,
+               "nodes": {n.name: d.precision for n, d in self.plan.decisions.items()}}
+        if self.guard is not None:
+            g = self.guard
+            outs = self.run(feeds)
+            planned = g.precisions()   # of the graph specialised to the calibration sizes
+            out.update(nodes={n: planned.get(n, "fp32") for n in out["nodes"]},
+                       tolerance=g.tolerance, calibration=g.calibration,
+                       checked=[vars(c) for c in g.checked],
+                       end_to_end={k: relative_error(outs[k], r) for k, r in reference.items()})
+        return out
 
     def _program(self, graph: Graph) -> Program:
-        plan = lower(graph, self.backend, self.native_unavailable)
+        kept = self.guard.kept if self.guard is not None else frozenset()
+        plan = lower(graph, self.backend, self.native_unavailable, self.precision.compute, kept)
         partitions, source = native.build_partitions(plan, graph.name) if plan.native is None else ({}, "")
         return Program(graph, plan, partitions, source)
 

@@ -1,7 +1,8 @@
 """The compile pipeline: the passes and rule sets of each level, in order, with the report.
 
     level 0   nothing: every operator runs as imported
-    level 1   clean-up (static shapes, constant folding, CSE, dead code), redundancy rules and
+    level 1   fp16 models widened to compute in fp32 (passes/precision.py), clean-up (static
+              shapes, constant folding, CSE, dead code), redundancy rules and
               the adjacent-operator rules of level 1
     level 2   everything: level 1 plus the level-2 rules (cross-operator, attention, …), then
               automatic fusion: what the rules left of elementwise work grouped into regions
@@ -15,7 +16,7 @@ from typing import Iterable
 from ..ir import Graph
 from ..passes import (Evaluator, eliminate_common_subexpressions, eliminate_dead_code,
                       fold_constants, fold_static_shapes, read_shapes_upstream, refine_shapes,
-                      resolve_cast_like)
+                      resolve_cast_like, widen_float16)
 from .cost import seconds
 from .regions import MAX_INPUTS, MAX_NODES, NAME as AUTO_FUSION, fuse_regions, plan_regions
 from .report import FusionReport, NearMissReport, NotFusedReport, RegionReport, RuleReport
@@ -58,6 +59,7 @@ def optimize(graph: Graph, level: int, disable: Iterable[str] = (),
     passes: dict[str, int] = {}
     result = None
     if level >= 1:
+        passes["fp16 values computed in fp32"] = widen_float16(graph)
         cleanup(graph, evaluate, passes)
         result = apply_rules(graph, rules)
         cleanup(graph, evaluate, passes)

@@ -69,6 +69,7 @@ class FusionReport:
     backend: str = ""              # one line from the backend: what runs the fused graph
     regions: list[RegionReport] = field(default_factory=list)         # automatic fusion
     not_auto_fused: list[NotFusedReport] = field(default_factory=list)
+    precision: dict | None = None  # from the backend: what computed in which format, the guard
 
     @property
     def est_speedup(self) -> float:
@@ -110,6 +111,7 @@ class FusionReport:
                          f"{m['fused_ms']:.2f} ms, median of {m['runs']} runs)")
         if self.backend:
             lines.append(self.backend)
+        lines += self._precision_text()
         if self.near_misses:
             lines += ["", f"Not fused ({len(self.near_misses)}):"]
             by_rule: dict[str, list[NearMissReport]] = {}
@@ -148,6 +150,27 @@ class FusionReport:
                 more = f" and {len(misses) - NOT_FUSED_SHOWN} more" if len(misses) > NOT_FUSED_SHOWN else ""
                 lines.append(f"    [{code}] {misses[0].reason}: {names}{more}")
         return lines + [""]
+
+    def _precision_text(self) -> list[str]:
+        p = self.precision
+        if not p or p["requested"] == "fp32":
+            return []
+        reduced = sum(1 for v in p["nodes"].values() if v == "bf16")
+        lines = [f"Precision: {p['requested']} asked, {p['compute']} computed"
+                 + (f" ({p['note']})" if p["note"] else "")]
+        if "checked" not in p:
+            return lines
+        kept = [c for c in p["checked"] if c["kept_fp32"]]
+        lines.append(f"  {reduced} convolution(s) and product(s) in bf16 with fp32 accumulation; "
+                     f"the rest in fp32")
+        lines.append(f"  Precision guard ({p['calibration']} calibration inputs, tolerance "
+                     f"{p['tolerance']:.1e} of each output's largest magnitude): "
+                     f"{len(p['checked'])} checked, {len(kept)} kept in fp32")
+        lines += [f"    {c['op']} {c['node']!r}: bf16 error {c['error_reduced']:.2e} -> fp32 "
+                  f"{c['error_fp32']:.2e}" for c in kept]
+        lines.append("  End-to-end error against fp32 on the calibration inputs: "
+                     + ", ".join(f"{k} {e:.2e}" for k, e in p["end_to_end"].items()))
+        return lines
 
     def __str__(self) -> str:
         return self.text()

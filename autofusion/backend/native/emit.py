@@ -130,7 +130,8 @@ class PartitionSource:
         for step, n in enumerate(self.part.nodes):
             self.step = step
             impl = self.plan.decisions[n].impl
-            self.steps.append(f"  p.node({c_string(n.name)});   // step {step}: {n.op}")
+            bf16 = ", Precision::BF16" if self.plan.decisions[n].precision == "bf16" else ""
+            self.steps.append(f"  p.node({c_string(n.name)}{bf16});   // step {step}: {n.op}")
             self.steps.append(impl.emit(n, self))
         k = self.part.index
         head = (f"// partition {k}: {len(self.part.nodes)} node(s); inputs "

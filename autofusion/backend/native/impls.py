@@ -28,15 +28,18 @@ Emitter = Callable[[Node, PartitionSource], str]
 
 def native(*ops: str, check: Callable[[Node], str | None], plain: tuple[int, ...] | str = (),
            tensors: tuple[int, ...] | None = None, view: bool = False,
-           overwrites: Callable[[Node], Value | None] | None = None, name: str = "onednn"):
+           overwrites: Callable[[Node], Value | None] | None = None, name: str = "onednn",
+           reduced: bool = False):
     """Register an emitter as the native implementation `name` of ops. `tensors`: the inputs the
     step reads at run time (default all); the others (shapes, axes) are read at compile time.
-    `overwrites`: the input an elementwise step may write its output over (the plan decides)."""
+    `overwrites`: the input an elementwise step may write its output over (the plan decides).
+    `reduced`: its products run in bf16 where the plan's precision says (runtime/native.h)."""
     def deco(emit: Emitter) -> Emitter:
         for op in ops:
             register(op, Impl(name, "native", check, emit=emit,
                               plain_inputs=plain if plain == "all" else frozenset(plain),
                               tensor_inputs=tensors, view=view, overwrites=overwrites,
+                              reduced=reduced,
                               doc=(emit.__doc__ or "").strip()))
         return emit
     return deco
@@ -110,7 +113,7 @@ def check_conv(node: Node) -> str | None:
                  "the residual broadcasts to the output")
 
 
-@native("Conv", fused("FusedConv"), check=check_conv)
+@native("Conv", fused("FusedConv"), check=check_conv, reduced=True)
 def emit_conv(node: Node, p: PartitionSource) -> str:
     """oneDNN convolution: layouts oneDNN picks, the weight reordered once, bias, residual and
     activation as post-ops."""
@@ -263,6 +266,10 @@ def check_view(node: Node) -> str | None:
     training = node.input(2) if node.op_type == "Dropout" else None
     if training is not None and (training.const is None or bool(training.const)):
         return "Dropout may be in training mode"
+    x, y = node.inputs[0], node.outputs[0]
+    if x.is_static and y.is_static and math.prod(x.shape) != math.prod(y.shape):
+        # the sizes of a call contradict the model: PyTorch runs it and names the error
+        return f"its input has {math.prod(x.shape)} elements and its output {math.prod(y.shape)}"
     return dense(node, (0,))
 
 
@@ -417,7 +424,7 @@ def _same_rank(p: PartitionSource, v: Value, rank: int) -> int:
     return p.const(v.const.reshape((1,) * (rank - v.rank) + v.const.shape), v.name)
 
 
-@native("MatMul", "Gemm", fused("FusedMatMul"), check=check_matmul)
+@native("MatMul", "Gemm", fused("FusedMatMul"), check=check_matmul, reduced=True)
 def emit_matmul(node: Node, p: PartitionSource) -> str:
     """oneDNN matmul: a linear layer (constant B) on the weight reordered once, with bias and
     activation as post-ops; else a batched product of two dense operands."""
@@ -449,7 +456,7 @@ def check_pool_gemm(node: Node) -> str | None:
         "the bias varies along the batch"
 
 
-@native(fused("PoolGemm"), check=check_pool_gemm)
+@native(fused("PoolGemm"), check=check_pool_gemm, reduced=True)
 def emit_pool_gemm(node: Node, p: PartitionSource) -> str:
     """Global average pooling into a dense temporary, then the linear layer."""
     x, w, c = node.inputs[0], node.inputs[1].const, node.input(2)
@@ -516,7 +523,7 @@ def check_norm_matmul(node: Node) -> str | None:
                  "the residual broadcasts")
 
 
-@native(fused("NormMatMul"), check=check_norm_matmul, plain=(0, 3))
+@native(fused("NormMatMul"), check=check_norm_matmul, plain=(0, 3), reduced=True)
 def emit_norm_matmul(node: Node, p: PartitionSource) -> str:
     """Layer norm without affine (the rule folded it into the weight) into a dense temporary,
     then the linear layer."""
@@ -548,7 +555,7 @@ def check_attention(node: Node) -> str | None:
     return None
 
 
-@native(fused("Attention"), check=check_attention, plain=(0, 1, 2, 3))
+@native(fused("Attention"), check=check_attention, plain=(0, 1, 2, 3), reduced=True)
 def emit_attention(node: Node, p: PartitionSource) -> str:
     """q·kᵀ with the scale and mask as post-ops, softmax, then ·v: three oneDNN primitives."""
     mask = node.input(3)

@@ -25,6 +25,12 @@ constexpr float nan = __builtin_nanf("");
 // for the producing primitive (a blocked layout along a chain of convolutions).
 enum class Layout { Plain, Any };
 
+// What a step's convolutions and matrix products compute in. BF16: bf16 operands (weights
+// converted once at load) with fp32 accumulation; a result only other steps read, in a layout
+// oneDNN picks, stays bf16 in memory; plain values (partition outputs, what reshapes and
+// generated kernels read) are fp32. Memory-bound steps work in the data type of their input.
+enum class Precision { F32, BF16 };
+
 // One elementwise function: oneDNN's eltwise algorithm with its two parameters, used both as a
 // post-op and as a primitive of its own. The Python side maps activations onto these.
 enum class Alg {
@@ -57,7 +63,7 @@ class Partition {
   void value(int id, const Dims& shape, int first, int last, Layout layout);
 
   // ---- steps: node() starts the next one (its name goes into every error it raises)
-  void node(const char* name);
+  void node(const char* name, Precision precision = Precision::F32);
   // act(conv(src, w) + b + residual); dilations as ONNX counts them (1 = dense)
   void conv(int dst, int src, int w, int b, int residual, const Dims& strides,
             const Dims& dilations, const Dims& pad_begin, const Dims& pad_end, int64_t groups,

@@ -32,13 +32,32 @@ namespace {
 
 thread_local std::string last_error;
 
-memory::desc plain(const Dims& shape) {   // dense row-major
+memory::desc plain(const Dims& shape, dt type = dt::f32) {   // dense row-major
   Dims strides(shape.size(), 1);
   for (size_t i = shape.size(); i-- > 1;) strides[i - 1] = strides[i] * std::max<int64_t>(shape[i], 1);
-  return memory::desc(shape, dt::f32, strides);
+  return memory::desc(shape, type, strides);
 }
 
-memory::desc any(const Dims& shape) { return memory::desc(shape, dt::f32, tag::any); }
+memory::desc any(const Dims& shape, dt type = dt::f32) { return memory::desc(shape, type, tag::any); }
+
+dt type_of(Precision p) { return p == Precision::BF16 ? dt::bf16 : dt::f32; }
+
+// md's layout with another data type: strides carry over; a blocked layout is found among the
+// tags oneDNN picks for activations (nChw16c and kin), else the values go plain.
+memory::desc retyped(const memory::desc& md, dt type) {
+  if (md.get_data_type() == type) return md;
+  Dims dims = md.get_dims();
+  if (md.get_format_kind() == memory::format_kind::blocked && md.get_inner_nblks() == 0)
+    return memory::desc(dims, type, md.get_strides());
+  for (tag t : {tag::aBc16b, tag::aBcd16b, tag::aBcde16b, tag::aBc8b, tag::aBcd8b, tag::aBcde8b,
+                tag::aBc4b, tag::aBcd4b, tag::aBcde4b}) {
+    if (int(dims.size()) != (t == tag::aBc16b || t == tag::aBc8b || t == tag::aBc4b ? 3
+                             : t == tag::aBcde16b || t == tag::aBcde8b || t == tag::aBcde4b ? 5 : 4))
+      continue;
+    if (memory::desc(dims, md.get_data_type(), t) == md) return memory::desc(dims, type, t);
+  }
+  return plain(dims, type);
+}
 
 dnnl::algorithm eltwise_alg(Alg a) {
   using A = dnnl::algorithm;
@@ -158,6 +177,7 @@ struct Partition::Impl {
   int step = -1;
   int next_temp = 1 << 30;
   std::string node = "<start>";
+  dt compute = dt::f32;   // the current step's precision (node())
   std::vector<std::vector<memory>> input_mems, output_mems;   // per slot: every view of it
   std::vector<char, std::allocator<char>> arena_storage;
   char* arena = nullptr;
@@ -260,6 +280,13 @@ struct Partition::Impl {
   }
 
   // where a primitive that writes layout `md` should write dst; finish() completes it
+  // what a convolution or product writes dst in: bf16 only where other steps alone read it
+  dt result_type(int dst) {
+    const Val& v = val(dst);
+    return compute == dt::bf16 && v.kind == Kind::Internal && v.layout == Layout::Any ? dt::bf16
+                                                                                    : dt::f32;
+  }
+
   int produce(int dst, const memory::desc& md) {
     Val& v = val(dst);
     if (v.has_md) fail("value " + std::to_string(dst) + " is written twice");
@@ -431,9 +458,10 @@ void Partition::value(int id, const Dims& shape, int first, int last, Layout lay
   impl_->vals[id] = v;
 }
 
-void Partition::node(const char* name) {
+void Partition::node(const char* name, Precision precision) {
   impl_->node = name;
   impl_->step += 1;
+  impl_->compute = type_of(precision);
 }
 
 void Partition::conv(int dst, int src, int w, int b, int residual, const Dims& strides,
@@ -450,7 +478,8 @@ void Partition::conv(int dst, int src, int w, int b, int residual, const Dims& s
   if (residual >= 0) adds.push_back(m.md_of(residual));
   dnnl::convolution_forward::primitive_desc pd(
       m.eng, dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-      any(m.val(src).shape), any(wdims), bias_md, any(m.val(dst).shape), strides,
+      any(m.val(src).shape, m.compute), any(wdims, m.compute), bias_md,
+      any(m.val(dst).shape, m.result_type(dst)), strides,
       onednn_dilations(dilations), pad_begin, pad_end, m.attr(acts, adds));
   int x = m.ensure(src, pd.src_desc());
   int y = m.produce(dst, pd.dst_desc());
@@ -471,8 +500,8 @@ void Partition::pool(int dst, int src, Pool kind, const Dims& kernel, const Dims
                         : kind == Pool::AvgIncludePad ? dnnl::algorithm::pooling_avg_include_padding
                                                       : dnnl::algorithm::pooling_avg_exclude_padding;
   dnnl::pooling_forward::primitive_desc pd(
-      m.eng, dnnl::prop_kind::forward_inference, alg, m.md_of(src), any(m.val(dst).shape),
-      strides, kernel, onednn_dilations(dilations), pad_begin, pad_end, m.attr({}));
+      m.eng, dnnl::prop_kind::forward_inference, alg, m.md_of(src),
+      any(m.val(dst).shape, m.md_of(src).get_data_type()), strides, kernel, onednn_dilations(dilations), pad_begin, pad_end, m.attr({}));
   int y = m.produce(dst, pd.dst_desc());
   m.add(pd, dnnl::pooling_forward(pd), {Impl::use(DNNL_ARG_SRC, src), Impl::use(DNNL_ARG_DST, y)});
   m.finish(dst, y);
@@ -524,10 +553,10 @@ void Partition::linear(int dst, int a, int w, int bias, const Acts& acts) {
   const Dims& xshape = m.val(a).shape;
   int64_t k = wshape[0], n = wshape[1];
   int64_t rows = std::accumulate(xshape.begin(), xshape.end() - 1, int64_t(1), std::multiplies<>());
-  memory::desc x_md = plain({rows, k}), y_md = plain({rows, n});
+  memory::desc x_md = plain({rows, k}, m.compute), y_md = plain({rows, n});
   memory::desc b_md = bias >= 0 ? plain({1, n}) : memory::desc();
-  dnnl::matmul::primitive_desc pd(m.eng, x_md, any({k, n}), b_md, y_md, m.attr(acts));
-  int x = m.ensure(a, plain(xshape));
+  dnnl::matmul::primitive_desc pd(m.eng, x_md, any({k, n}, m.compute), b_md, y_md, m.attr(acts));
+  int x = m.ensure(a, plain(xshape, m.compute));
   int y = m.produce(dst, plain(m.val(dst).shape));
   std::vector<Arg> args{Impl::view(DNNL_ARG_SRC, x, x_md),
                         Impl::owned(DNNL_ARG_WEIGHTS, m.constant_as(w, pd.weights_desc())),
@@ -541,14 +570,15 @@ void Partition::matmul(int dst, int a, int b, int c, bool trans_a, bool trans_b,
                        const Acts& acts) {
   Impl& m = *impl_;
   auto operand = [&](int id, bool transposed) {
-    memory::desc md = plain(m.val(id).shape);
+    memory::desc md = plain(m.val(id).shape, m.compute);
     if (!transposed) return md;
     std::vector<int> perm(md.get_ndims());
     std::iota(perm.begin(), perm.end(), 0);
     std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
     return md.permute_axes(perm);
   };
-  int x = m.ensure(a, plain(m.val(a).shape)), wv = m.ensure(b, plain(m.val(b).shape));
+  int x = m.ensure(a, plain(m.val(a).shape, m.compute));
+  int wv = m.ensure(b, plain(m.val(b).shape, m.compute));
   memory::desc a_md = operand(x, trans_a), b_md = operand(wv, trans_b);
   Acts post;
   if (alpha != 1.f) post.push_back(Act{Alg::Linear, alpha, 0.f});
@@ -580,13 +610,22 @@ void Partition::matmul(int dst, int a, int b, int c, bool trans_a, bool trans_b,
 
 void Partition::concat(int dst, const std::vector<int>& srcs, int axis) {
   Impl& m = *impl_;
+  // one data type for all: bf16 only where every source is bf16
+  dt type = dt::bf16;
+  for (int s : srcs)
+    if (m.md_of(s).get_data_type() != dt::bf16) type = dt::f32;
+  std::vector<int> ins;
   std::vector<memory::desc> mds;
-  for (int s : srcs) mds.push_back(m.md_of(s));
-  dnnl::concat::primitive_desc pd(m.eng, any(m.val(dst).shape), axis, mds, Impl::reorder_attr());
+  for (int s : srcs) {
+    ins.push_back(m.ensure(s, retyped(m.md_of(s), type)));
+    mds.push_back(m.md_of(ins.back()));
+  }
+  dnnl::concat::primitive_desc pd(m.eng, any(m.val(dst).shape, type), axis, mds,
+                                  Impl::reorder_attr());
   int y = m.produce(dst, pd.dst_desc());
   std::vector<Arg> args{Impl::use(DNNL_ARG_DST, y)};
-  for (size_t i = 0; i < srcs.size(); ++i)
-    args.push_back(Impl::use(DNNL_ARG_MULTIPLE_SRC + int(i), srcs[i]));
+  for (size_t i = 0; i < ins.size(); ++i)
+    args.push_back(Impl::use(DNNL_ARG_MULTIPLE_SRC + int(i), ins[i]));
   m.add(pd, dnnl::concat(pd), std::move(args));
   m.finish(dst, y);
 }
@@ -675,11 +714,13 @@ void Partition::attention(int dst, int q, int k, int v, int mask, float scale) {
   const Dims& ks = m.val(k).shape;
   Dims scores = qs;
   scores.back() = ks[ks.size() - 2];
-  int qv = m.ensure(q, plain(qs)), kv = m.ensure(k, plain(ks)), vv = m.ensure(v, plain(m.val(v).shape));
+  const dt c = m.compute;   // q·kᵀ and p·v in it; the scores and softmax in fp32
+  int qv = m.ensure(q, plain(qs, c)), kv = m.ensure(k, plain(ks, c));
+  int vv = m.ensure(v, plain(m.val(v).shape, c));
   std::vector<int> perm(ks.size());
   std::iota(perm.begin(), perm.end(), 0);
   std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
-  memory::desc kt = plain(ks).permute_axes(perm);
+  memory::desc kt = plain(ks, c).permute_axes(perm);
   int s = m.temp(plain(scores));
   dnnl::primitive_attr at;
   at.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -691,18 +732,19 @@ void Partition::attention(int dst, int q, int k, int v, int mask, float scale) {
     po.append_binary(dnnl::algorithm::binary_add, plain(m.val(mask).shape));
   }
   at.set_post_ops(po);
-  dnnl::matmul::primitive_desc qk(m.eng, plain(qs), kt, plain(scores), at);
+  dnnl::matmul::primitive_desc qk(m.eng, plain(qs, c), kt, plain(scores), at);
   std::vector<Arg> args{Impl::use(DNNL_ARG_SRC, qv), Impl::view(DNNL_ARG_WEIGHTS, kv, kt),
                         Impl::use(DNNL_ARG_DST, s)};
   if (mv >= 0) args.push_back(Impl::use(DNNL_ARG_ATTR_MULTIPLE_POST_OP(1) | DNNL_ARG_SRC_1, mv));
   m.add(qk, dnnl::matmul(qk), std::move(args));
-  int p = m.temp(plain(scores));
+  int p = m.temp(plain(scores, c));
   dnnl::softmax_forward::primitive_desc sm(m.eng, dnnl::prop_kind::forward_inference,
                                            dnnl::algorithm::softmax_accurate, plain(scores),
-                                           plain(scores), int(scores.size()) - 1, m.attr({}));
+                                           plain(scores, c), int(scores.size()) - 1, m.attr({}));
   m.add(sm, dnnl::softmax_forward(sm), {Impl::use(DNNL_ARG_SRC, s), Impl::use(DNNL_ARG_DST, p)});
   memory::desc out = plain(m.val(dst).shape);
-  dnnl::matmul::primitive_desc pv(m.eng, plain(scores), plain(m.val(v).shape), out, m.attr({}));
+  dnnl::matmul::primitive_desc pv(m.eng, plain(scores, c), plain(m.val(v).shape, c), out,
+                                  m.attr({}));
   int y = m.produce(dst, out);
   m.add(pv, dnnl::matmul(pv), {Impl::use(DNNL_ARG_SRC, p), Impl::use(DNNL_ARG_WEIGHTS, vv),
                                Impl::use(DNNL_ARG_DST, y)});
