@@ -24,6 +24,13 @@ from .progress import Progress
 from .runner import Settings, benchmark_model
 from .systems import REFERENCE, SYSTEM_NAMES, all_systems
 
+# --precision: which systems run by default (--systems names them outright)
+PRECISION_SYSTEMS = {
+    "all": SYSTEM_NAMES,
+    "fp32": [s.name for s in all_systems() if s.precision == "fp32"],
+    "bf16": [s.name for s in all_systems() if s.precision == "bf16" or s.name == "openvino-f32"],
+}
+
 ZOO = ["resnet50", "resnet101", "bert-base", "efficientnet_b4", "vit_b_16",
        "mobilenet_v3_large", "convnext_tiny", "gpt2"]
 QUICK_MODEL = "tiny_resnet"
@@ -53,6 +60,9 @@ def build_parser(prog: str = "autofusion bench") -> argparse.ArgumentParser:
                    "(default %d, quick %d)" % DEFAULTS["warmup"])
     p.add_argument("--pause", type=float, default=0.2, metavar="SECONDS",
                    help="sleep after each block, so idle thread pools park (default %(default)s)")
+    p.add_argument("--precision", choices=("fp32", "bf16", "all"), default="all",
+                   help="fp32: the fp32 systems only; bf16: autofusion L2 bf16 beside OpenVINO's "
+                        "default (bf16 here) and OpenVINO f32; all (default): every system")
     p.add_argument("--tolerance", type=float, default=1e-3,
                    help="max|diff|/max|ref| against PyTorch eager above which a system is "
                         "marked wrong and not timed (default %(default)g)")
@@ -79,7 +89,7 @@ def settings_from_args(args, parser: argparse.ArgumentParser) -> Settings:
         parser.error("--batch and --threads must be at least 1")
     model_names = parse_names(args.models, [QUICK_MODEL] if args.quick else ZOO,
                               list(models.MODELS), "model", parser)
-    systems = parse_names(args.systems, SYSTEM_NAMES, SYSTEM_NAMES, "system", parser)
+    systems = parse_names(args.systems, PRECISION_SYSTEMS[args.precision], SYSTEM_NAMES, "system", parser)
     if REFERENCE not in systems:
         systems.append(REFERENCE)
     return Settings(models=model_names, systems=systems, batch=args.batch, threads=args.threads,

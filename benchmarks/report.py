@@ -12,7 +12,8 @@ The results dict (also the JSON):
                                            max_rel_diff, error, info}}}}
 Ratios are speedups (>1: level 2 is faster): "L2 vs L0" = L0 median / L2 median; "L2 vs best
 peer" = the fastest correct fp32 peer's median / L2 median (a bf16 peer is shown, never the
-yardstick: it does less work per value than autofusion's fp32).
+yardstick: it does less work per value than autofusion's fp32); "L2 bf16 vs OpenVINO bf16" =
+OpenVINO's default (bf16 on these CPUs) median / autofusion L2 bf16 median: bf16 against bf16.
 """
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-L0, L2 = "autofusion-L0", "autofusion-L2"
+L0, L2, L2_BF16 = "autofusion-L0", "autofusion-L2", "autofusion-L2-bf16"
+OPENVINO_BF16 = "openvino"
 
 
 # ---- ratios --------------------------------------------------------------------------------
@@ -49,6 +51,11 @@ def best_peer(model: dict) -> tuple[str, float] | None:
 def speedup_l2_vs_best_peer(model: dict) -> tuple[float, str] | None:
     l2, peer = _median(model, L2), best_peer(model)
     return (peer[1] / l2, peer[0]) if l2 and peer else None
+
+
+def speedup_bf16_vs_openvino(model: dict) -> float | None:
+    ours, theirs = _median(model, L2_BF16), _median(model, OPENVINO_BF16)
+    return theirs / ours if ours and theirs else None
 
 
 # ---- JSON ----------------------------------------------------------------------------------
@@ -88,21 +95,25 @@ def _cell(r: dict | None, value) -> str:
 def _table(results: dict, value, ratios: bool) -> list[str]:
     systems = results["systems"]
     header = ["model", *(s["label"] for s in systems)]
+    bf16 = ratios and {L2_BF16, OPENVINO_BF16} <= {s["name"] for s in systems}
     if ratios:
-        header += ["L2 vs L0", "L2 vs best peer"]
+        header += ["L2 vs L0", "L2 vs best peer"] + (["L2 bf16 vs OpenVINO bf16"] if bf16 else [])
     lines = ["| " + " | ".join(header) + " |",
              "| --- |" + " ---: |" * (len(header) - 1)]
     for name, model in results["models"].items():
         if model["status"] != "ok":
             row = [name, model["status"], *([""] * (len(systems) - 1))]
             if ratios:
-                row += ["", ""]
+                row += ["", ""] + ([""] if bf16 else [])
         else:
             row = [name, *(_cell(model["systems"].get(s["name"]), value) for s in systems)]
             if ratios:
                 vs_l0, vs_peer = speedup_l2_vs_l0(model), speedup_l2_vs_best_peer(model)
                 row += [f"{vs_l0:.2f}x" if vs_l0 else "—",
                         f"{vs_peer[0]:.2f}x ({vs_peer[1]})" if vs_peer else "—"]
+                if bf16:
+                    vs_ov = speedup_bf16_vs_openvino(model)
+                    row.append(f"{vs_ov:.2f}x" if vs_ov else "—")
         lines.append("| " + " | ".join(row) + " |")
     return lines
 
@@ -136,6 +147,8 @@ def markdown(results: dict, title: str = "autofusion benchmark", notes: Sequence
         *_table(results, lambda r: f"{_ms(r['p10_ms'])}–{_ms(r['p90_ms'])}", ratios=False), "",
         "## Compile / session-creation time (s)", "",
         *_table(results, lambda r: f"{r['compile_s']:.2f}", ratios=False), "",
+        f"## Output error against {_reference_label(results)} (max|diff|/max|ref|)", "",
+        *_table(results, lambda r: f"{r['max_rel_diff']:.1e}", ratios=False), "",
     ]
     problems = _problems(results)
     if problems:

@@ -63,23 +63,28 @@ class System:
 
 class Autofusion(System):
     """autofusion at one level on one backend: "native" (the C++ one, named plainly) or "torch"
-    (its PyTorch/oneDNN kernels, named with a -torch suffix)."""
+    (its PyTorch/oneDNN kernels, named with a -torch suffix), in fp32 or, named with a -bf16
+    suffix, in bf16 (convolutions and products; its precision guard on random calibration inputs)."""
     peer = False
 
-    def __init__(self, level: int, backend: str = "native", regions: bool = True):
+    def __init__(self, level: int, backend: str = "native", regions: bool = True,
+                 precision: str = "fp32"):
         self.level = level
         self.backend = backend
+        self.precision = precision
         self.disable = () if regions else ("AutoFusion",)
         native = backend == "native"
+        reduced = precision != "fp32"
         self.name = f"autofusion-L{level}" + ("" if native else f"-{backend}") + \
-            ("" if regions else "-noregions")
+            ("" if regions else "-noregions") + (f"-{precision}" if reduced else "")
         self.label = f"autofusion L{level}" + ("" if native else f" ({backend})") + \
-            ("" if regions else " (no regions)")
+            ("" if regions else " (no regions)") + (f" {precision}" if reduced else "")
 
     def compile(self) -> None:
         import autofusion
         self.model = autofusion.compile(self.case.onnx_path, level=self.level,
-                                        backend=self.backend, disable=list(self.disable))
+                                        backend=self.backend, disable=list(self.disable),
+                                        precision=self.precision)
         # torch tensors in, torch tensors out: the zero-conversion path of CompiledModel
         self.feeds = {n: self.case.inputs[n] for n in self.model.input_names}
 
@@ -93,6 +98,11 @@ class Autofusion(System):
         plan = getattr(self.model, "plan", None)
         if callable(getattr(plan, "summary", None)):
             info["plan"] = plan.summary()
+        precision = report.precision or {}
+        if precision.get("checked") is not None:   # the guard's findings, bf16 only
+            info["precision"] = {"compute": precision["compute"],
+                                 "kept_fp32": [c["node"] for c in precision["checked"] if c["kept_fp32"]],
+                                 "end_to_end": precision["end_to_end"]}
         return info
 
 
@@ -234,6 +244,7 @@ class Inductor(TorchEager):
 def all_systems() -> list[System]:
     """Fresh instances of every system, in table-column order: ours first, then the peers."""
     return [Autofusion(0), Autofusion(1), Autofusion(2), Autofusion(2, backend="torch"),
+            Autofusion(2, precision="bf16"),
             OnnxRuntime("ORT_DISABLE_ALL"), OnnxRuntime("ORT_ENABLE_ALL"),
             OpenVino("fp32"), OpenVino("bf16"),
             TorchEager(), Inductor(freezing=False), Inductor(freezing=True)]
