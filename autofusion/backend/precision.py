@@ -32,7 +32,7 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 TOLERANCE = 2e-2   # per fused op, relative to its output's largest magnitude
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def cpu_flags() -> frozenset[str]:
     try:
         text = Path("/proc/cpuinfo").read_text()

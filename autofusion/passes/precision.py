@@ -19,7 +19,12 @@ DTYPE_ATTRS = {"Cast": "to", "EyeLike": "dtype", "RandomNormal": "dtype", "Rando
 
 
 def widen_float16(graph: Graph) -> int:
-    """Make every fp16 value inside the graph fp32; the number of values changed."""
+    """Make every fp16 value inside a graph stored in fp16 (fp16 weights, inputs or outputs)
+    fp32; the number of values changed. An fp32 model that casts to fp16 on purpose (to round)
+    keeps its casts."""
+    stored = [*graph.constants.values(), *graph.inputs, *graph.outputs]
+    if not any(v.dtype == DType.FLOAT16 for v in stored):
+        return 0
     changed = 0
     half_outputs = {id(o) for o in graph.outputs if o.dtype == DType.FLOAT16}
     for v in graph.constants.values():

@@ -75,7 +75,7 @@ def test_a_cpu_without_bf16_compiles_fp32_and_the_report_says_so(monkeypatch):
 
 
 def test_bf16_on_the_torch_backend_runs_fp32_and_says_so():
-    model, feeds = ARCHITECTURES["mobilenet_block"]()
+    model = ARCHITECTURES["mobilenet_block"]()[0]
     m = autofusion.compile(model, precision="bf16", backend="torch")
     assert m.report.precision["compute"] == "fp32"
     assert "needs the native backend" in m.report.text()
@@ -104,7 +104,7 @@ def test_ci_architectures_in_reduced_precision_stay_near_fp32(name, precision):
 
 @runs_native
 def test_convolutions_are_emitted_in_bf16_and_the_plan_says_so():
-    model, feeds = ARCHITECTURES["mobilenet_block"]()
+    model = ARCHITECTURES["mobilenet_block"]()[0]
     m = autofusion.compile(model, precision="bf16")
     convs = [n for n in m.graph.nodes if "Conv" in n.op_type]
     assert convs and all(m.plan.decisions[n].precision == "bf16" for n in convs)
@@ -117,7 +117,7 @@ def test_convolutions_are_emitted_in_bf16_and_the_plan_says_so():
 
 
 def test_the_guard_changes_nothing_at_fp32():
-    model, feeds = ARCHITECTURES["mobilenet_block"]()
+    model = ARCHITECTURES["mobilenet_block"]()[0]
     m = autofusion.compile(model)
     assert m.guard is None and "checked" not in m.report.precision
     assert set(m.report.precision["nodes"].values()) == {"fp32"}
