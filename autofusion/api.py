@@ -18,9 +18,10 @@ from .ir import Graph
 Model = str | os.PathLike | onnx.ModelProto | Graph
 
 
-def load(model: Model) -> Graph:
-    """Read a model (path, ModelProto or IR Graph) into an IR Graph, checking every op is supported."""
-    graph = model if isinstance(model, Graph) else import_onnx(model)
+def load(model: Model, strict: bool = False) -> Graph:
+    """Read a model (path, ModelProto or IR Graph) into an IR Graph, checking every op is supported
+    (strict: by autofusion's own kernels, not ONNX Runtime's)."""
+    graph = model if isinstance(model, Graph) else import_onnx(model, strict)
     check_supported(graph)
     return graph
 
@@ -29,7 +30,7 @@ def compile(model: Model, level: int | None = None,  # noqa: A001 - mirrors torc
             disable: Iterable[str] | str | None = None, backend: str | None = None,
             threads: int | None = None, max_region_nodes: int | None = None,
             max_region_inputs: int | None = None, example_inputs=None, precision: str | None = None,
-            calibration=None, tolerance: float | None = None) -> CompiledModel:
+            calibration=None, tolerance: float | None = None, strict: bool = False) -> CompiledModel:
     """Compile an ONNX model (a path, a ModelProto or an IR Graph) into a callable CompiledModel.
 
     level: 0 runs every operator as imported, 1 applies clean-up and the basic rules, 2 (the
@@ -47,6 +48,8 @@ def compile(model: Model, level: int | None = None,  # noqa: A001 - mirrors torc
     .npz file; random by default) and keeps in fp32 each whose error exceeds `tolerance`
     (default 2e-2 of its output's largest magnitude); model.report says what it kept.
     An nn.Module compiles without dynamo for inputs shaped like `example_inputs` (see dynamo.py).
+    ONNX nodes autofusion has no kernel for run on ONNX Runtime, each connected group of them as
+    one session (the report names them); strict=True refuses them instead (UnsupportedOpError).
     """
     if _is_torch_module(model):
         from .dynamo import compile_module
@@ -59,7 +62,7 @@ def compile(model: Model, level: int | None = None,  # noqa: A001 - mirrors torc
     backend = resolve_backend(backend)
     precision = resolve_precision(precision)
     with progress.step("importing"):
-        graph = load(model)
+        graph = load(model, strict)
     name = Path(model).name if isinstance(model, (str, os.PathLike)) else graph.name
     with progress.step("fusing"):
         report = optimize(graph, level, disable, evaluate_node, model_name=name, **limits)

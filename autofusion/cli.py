@@ -53,6 +53,20 @@ def _parse_dims(items: list[str]) -> dict[str, int]:
     return dims
 
 
+def defaulted_dims(graph, dims: dict[str, int]) -> list[str]:
+    """The symbolic dims of the graph's inputs that random inputs give the default size 1."""
+    names = dict.fromkeys(d for v in graph.inputs for d in v.shape or () if isinstance(d, str))
+    return [d for d in names if d not in dims]
+
+
+def _with_dims_hint(e: AutofusionError, defaulted: list[str]) -> AutofusionError:
+    """The error of a run on random inputs, saying which sizes were guessed and how to set them."""
+    sizes = ", ".join(f"{d}=1" for d in defaulted)
+    return AutofusionError(f"{e}\n(random inputs used the default size 1 for the symbolic "
+                           f"dimension(s) {sizes}; the model may need real sizes: set each with "
+                           f"--dim NAME=SIZE, e.g. --dim {defaulted[-1]}=320)")
+
+
 def _checksum(a: np.ndarray) -> str:
     if a.dtype == np.bool_ or np.issubdtype(a.dtype, np.number):
         a64 = a.astype(np.float64)
@@ -64,10 +78,16 @@ def cmd_run(args) -> int:
     model = _compile(args)
     if args.plan:
         print(model.plan)
-    feeds = _load_inputs(args.inputs) if args.inputs else random_inputs(
-        model.graph, _parse_dims(args.dim), args.seed)
-    with progress.step("running"):
-        outs = model.run(feeds)
+    dims = _parse_dims(args.dim)
+    feeds = _load_inputs(args.inputs) if args.inputs else random_inputs(model.graph, dims, args.seed)
+    defaulted = [] if args.inputs else defaulted_dims(model.graph, dims)
+    try:
+        with progress.step("running"):
+            outs = model.run(feeds)
+    except AutofusionError as e:
+        if not defaulted:
+            raise
+        raise _with_dims_hint(e, defaulted) from e
     print(f"{args.model}: {model.report.ops_before} nodes, {len(model.graph)} after fusion "
           f"(level {model.report.level})")
     for name, a in outs.items():
@@ -152,21 +172,23 @@ def cmd_info(args) -> int:
                for t in g.initializer)   # from the header: no weight is decoded
     print(f"constants: {len(inits)} initializers, {size / 1e6:.1f} MB")
     hist: dict[str, int] = {}
-    unsupported: dict[str, list[str]] = {}
+    elsewhere: dict[str, list[str]] = {}   # ops without a kernel here: ONNX Runtime runs them
     for i, n in enumerate(g.node):
         key = op_key(n.domain, n.op_type)
         hist[key] = hist.get(key, 0) + 1
-        if key not in KERNELS and key != "Constant":
-            unsupported.setdefault(key, []).append(n.name or f"#{i}")
+        subgraph = any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+                       for a in n.attribute)
+        if (key not in KERNELS or subgraph) and key != "Constant":
+            elsewhere.setdefault(key, []).append(n.name or f"#{i}")
     print("operators:")
     for key, count in sorted(hist.items(), key=lambda kv: (-kv[1], kv[0])):
-        print(f"  {count:5d}  {key}{'   (unsupported)' if key in unsupported else ''}")
-    if unsupported:
-        print("unsupported operators:")
-        for key, names in sorted(unsupported.items()):
+        print(f"  {count:5d}  {key}{'   (ONNX Runtime)' if key in elsewhere else ''}")
+    if elsewhere:
+        print("runs on ONNX Runtime (no kernel here; --strict refuses these):")
+        for key, names in sorted(elsewhere.items()):
             print(f"  {key}: {', '.join(names[:8])}{' ...' if len(names) > 8 else ''}")
     else:
-        print("every operator is supported")
+        print("every operator has a kernel here")
     return 0
 
 
@@ -217,7 +239,13 @@ def _compile(args, level=None):
                                   max_region_nodes=args.max_region_nodes,
                                   max_region_inputs=args.max_region_inputs,
                                   precision=args.precision, calibration=args.calibrate,
-                                  tolerance=args.tolerance)
+                                  tolerance=args.tolerance, strict=args.strict)
+
+
+def _strict_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--strict", action="store_true",
+                   help="refuse ops autofusion has no kernel for, instead of running them on "
+                        "ONNX Runtime")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -231,6 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="size of a symbolic dimension for random inputs (default 1)")
     run.add_argument("--seed", type=int, default=0)
     _fusion_flags(run)
+    _strict_flag(run)
     run.add_argument("--compare-ort", action="store_true",
                      help="also run ONNX Runtime and print the max abs/rel difference")
     run.set_defaults(fn=cmd_run)
@@ -248,12 +277,13 @@ def build_parser() -> argparse.ArgumentParser:
                       help="size of a symbolic dimension for --measure (default 1)")
     comp.add_argument("--seed", type=int, default=0)
     _fusion_flags(comp)
+    _strict_flag(comp)
     comp.set_defaults(fn=cmd_compile)
 
     rules = sub.add_parser("rules", help="list every fusion rule: name, level, description")
     rules.set_defaults(fn=cmd_rules)
 
-    info = sub.add_parser("info", help="inputs, outputs, operator histogram, unsupported ops")
+    info = sub.add_parser("info", help="inputs, outputs, operator histogram, ops run on ONNX Runtime")
     info.add_argument("model", type=Path)
     info.set_defaults(fn=cmd_info)
 

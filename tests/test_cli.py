@@ -44,15 +44,31 @@ def test_run_reports_bad_input_file_cleanly(capsys, tmp_path):
     assert "bad.npz: cannot read inputs" in capsys.readouterr().err
 
 
-def test_info_lists_io_ops_and_unsupported(capsys, tmp_path):
+def test_run_names_the_symbolic_sizes_it_defaulted_when_the_run_fails(capsys, tmp_path):
+    shape = onnx.numpy_helper.from_array(np.array([1, 320], np.int64), "shape")
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Reshape", ["x", "shape"], ["y"], name="flat")], "g",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["batch", "height"])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)], [shape])
+    path = tmp_path / "m.onnx"
+    onnx.save(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)]), path)
+    assert main(["run", str(path), "--dim", "batch=1"]) == 2
+    err = capsys.readouterr().err
+    assert "'flat' (Reshape)" in err and "height=1" in err and "batch=1" not in err
+    assert "--dim height=320" in err
+    assert main(["run", str(path), "--dim", "batch=1", "--dim", "height=320"]) == 0
+
+
+def test_info_lists_io_ops_and_those_onnx_runtime_runs(capsys, tmp_path):
     model = conv_relu_model()
-    model.graph.node.append(onnx.helper.make_node("Det", ["y"], ["d"], name="det"))
+    model.graph.node.append(onnx.helper.make_node("Fancy", ["y"], ["d"], name="fancy", domain="my.ops"))
     path = tmp_path / "m.onnx"
     onnx.save(model, path)
     assert main(["info", str(path)]) == 0
     out = capsys.readouterr().out
     assert "x: float[N,3,8,8]" in out and "1  Conv" in out
-    assert "unsupported operators:\n  Det: det" in out
+    assert "1  my.ops::Fancy   (ONNX Runtime)" in out
+    assert "runs on ONNX Runtime (no kernel here; --strict refuses these):\n  my.ops::Fancy: fancy" in out
 
 
 def test_errors_are_one_line_not_a_traceback(capsys, tmp_path):

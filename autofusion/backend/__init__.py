@@ -3,5 +3,6 @@ from .executor import Program, check_supported, evaluate_node
 from .lower import Plan, lower
 from .model import CompiledModel
 from .torch_cpu import KERNELS
+from . import onnxruntime_fallback  # noqa: F401,E402 - the kernel of OnnxRuntimeCall (ops without one)
 
 __all__ = ["CompiledModel", "Plan", "Program", "check_supported", "evaluate_node", "lower", "KERNELS"]

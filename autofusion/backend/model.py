@@ -10,6 +10,7 @@ import torch
 
 from ..errors import AutofusionError, InputError
 from ..ir import Graph, Value
+from ..ir.onnx_runtime_call import onnx_runtime_ops
 from . import native
 from .executor import Program, check_supported, storage, to_numpy
 from .lower import lower
@@ -59,6 +60,7 @@ class CompiledModel:
                 f"; native code is specialised to each new set of input sizes on first use "
                 f"(the last {SPECIALISED} kept)" if self.specialised is not None else "")
             report.precision = self._precision_report(feeds, reference)
+            report.onnx_runtime = onnx_runtime_ops(graph)
 
     def _guard(self, calibration: Any, tolerance: float) -> tuple[dict, dict]:
         """Run the precision guard on the calibration inputs (of the graph specialised to their

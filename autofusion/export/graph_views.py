@@ -70,6 +70,8 @@ def attr_text(value: Any) -> str:
         text = f"graph<{value.name}> ({len(value)} nodes)"
     elif isinstance(value, float):
         text = repr(float(value))
+    elif isinstance(value, bytes):   # an OnnxRuntimeCall's model
+        text = f"bytes<{len(value)}>"
     else:
         text = repr(value)
     return text if len(text) <= ATTR_CHARS else text[:ATTR_CHARS - 1] + "…"

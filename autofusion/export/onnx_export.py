@@ -20,6 +20,7 @@ from onnx import helper, numpy_helper
 
 from ..ir import FUSED_DOMAIN, DType, Graph, Node, Value
 from ..ir.fused_ops import decompose
+from ..ir.onnx_runtime_call import ORT_KEY
 
 _IR_VERSION = 10  # understood by onnxruntime >= 1.20
 
@@ -88,11 +89,28 @@ def _function(node: Node, overload: str) -> onnx.FunctionProto:
         overload=overload)
 
 
+def _onnx_runtime_nodes(n: Node) -> tuple[list[onnx.NodeProto], list[onnx.FunctionProto]]:
+    """An OnnxRuntimeCall as the original nodes it stands for (and the functions they call), with
+    an Identity where the graph now names a value they read or write otherwise."""
+    part = onnx.ModelProto.FromString(n.attr("model"))
+    into = [helper.make_node("Identity", [v.name], [name], name=f"{n.name}/in/{name}")
+            for name, v in zip(n.attr("input_names"), n.inputs) if v.name != name]
+    out = [helper.make_node("Identity", [name], [v.name], name=f"{n.name}/out/{name}")
+           for name, v in zip(n.attr("output_names"), n.outputs) if v.name != name]
+    return into + list(part.graph.node) + out, list(part.functions)
+
+
 def export_onnx(graph: Graph, path: str | os.PathLike | None = None, *,
                 producer: str = "autofusion") -> onnx.ModelProto:
     """Write the graph as an ONNX model (to `path` if given) and return the ModelProto."""
     nodes, functions = [], []
     for n in graph.nodes:
+        if n.op == ORT_KEY:
+            protos, called = _onnx_runtime_nodes(n)
+            nodes.extend(protos)
+            have = {(f.domain, f.name, f.overload) for f in functions}
+            functions.extend(f for f in called if (f.domain, f.name, f.overload) not in have)
+            continue
         proto = _node_proto(n, graph.opset)
         if n.domain == FUSED_DOMAIN:
             proto.overload = f"{n.op_type}_{len(functions)}"

@@ -3,8 +3,16 @@
 Reads a path or ModelProto, runs ONNX's own shape inference (with data propagation, so shape
 arithmetic resolves where it can), and maps every ONNX construct onto the IR one to one:
 initializers and Constant nodes become constant Values, value_info gives each edge its shape and
-dtype, an omitted optional input becomes None. Every node's op must be in the op table; all the
-ones that are not are reported together in one UnsupportedOpError.
+dtype, an omitted optional input becomes None. The nodes without a kernel here (an op missing
+from the op table, a subgraph, a sequence) become OnnxRuntimeCall nodes, one per connected group
+(onnx_runtime_groups.py); a strict import reports them all together in one UnsupportedOpError.
+
+Two spellings exporters use are read as what they mean. The domain "ai.onnx" is the default
+domain "" (so rules match those nodes and shape inference reads them). A graph input's
+dimension declared negative (-1, as Paddle writes a dynamic axis) or left blank is a free
+dimension, named "<input>_dim<axis>" ("x_dim0"); ONNX Runtime also takes any size there. A
+dimension declared 0 stays a static, empty dimension, as in ONNX Runtime (which refuses any
+other size for it).
 """
 from __future__ import annotations
 
@@ -19,6 +27,8 @@ from onnx import helper, numpy_helper
 from ..errors import GraphError, ModelLoadError, UnsupportedOpError
 from ..ir.builder import infer_types
 from ..ir import FUSED_DOMAIN, DType, Graph, Value, lookup, op_key
+from ..ir.onnx_runtime_call import ORT_DOMAIN
+from .onnx_runtime_groups import call_attributes, group_for_onnx_runtime
 from .sequences import SEQUENCE_OPS, sequences_to_split
 
 
@@ -102,12 +112,61 @@ _WEIGHT_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorPr
 _INLINE_ELEMENTS = 64
 
 
+def _normalise_domains(model: onnx.ModelProto) -> None:
+    """Write the default domain "" wherever a node or opset import spells it "ai.onnx", in the
+    graph, its subgraphs and the model's functions: rules match domains as strings, and ONNX's
+    shape inference knows only "" for it."""
+    def fix_imports(imports) -> None:
+        versions = {i.domain or "": i.version for i in imports}
+        if "ai.onnx" in versions:
+            versions[""] = max(versions.pop("ai.onnx"), versions.get("", 0))
+            del imports[:]
+            imports.extend(helper.make_opsetid(d, v) for d, v in versions.items())
+
+    def fix_nodes(nodes) -> None:
+        for n in nodes:
+            if n.domain == "ai.onnx":
+                n.domain = ""
+            for a in n.attribute:
+                for sub in [a.g] if a.HasField("g") else a.graphs:
+                    fix_nodes(sub.node)
+
+    fix_imports(model.opset_import)
+    fix_nodes(model.graph.node)
+    for f in model.functions:
+        fix_imports(f.opset_import)
+        fix_nodes(f.node)
+
+
+def _name_free_dims(g: onnx.GraphProto) -> None:
+    """Give each free graph-input dimension (declared < 0 or blank) a symbolic name before shape
+    inference, so inference carries it through the graph; a negative dimension declared on any
+    other edge is unknown (inference fills it)."""
+    taken = {d.dim_param for vi in [*g.input, *g.output, *g.value_info]
+             if vi.type.HasField("tensor_type") for d in vi.type.tensor_type.shape.dim}
+    for vi in g.input:
+        for axis, d in enumerate(vi.type.tensor_type.shape.dim if vi.type.HasField("tensor_type") else ()):
+            if (d.HasField("dim_value") and d.dim_value < 0) or \
+                    (not d.HasField("dim_value") and not d.dim_param):
+                name = f"{vi.name}_dim{axis}"
+                while name in taken:
+                    name += "_"
+                taken.add(name)
+                d.dim_param = name   # a oneof: clears dim_value
+    for vi in [*g.output, *g.value_info]:
+        for d in vi.type.tensor_type.shape.dim if vi.type.HasField("tensor_type") else ():
+            if d.HasField("dim_value") and d.dim_value < 0:
+                d.Clear()
+
+
 def _dims(tt) -> tuple | None:
     if not tt.HasField("shape"):
         return None
     dims = []
     for d in tt.shape.dim:
-        if d.HasField("dim_value"):
+        if d.HasField("dim_value") and d.dim_value < 0:
+            dims.append(None)   # a free dimension where _name_free_dims did not reach (a body)
+        elif d.HasField("dim_value"):
             dims.append(int(d.dim_value))
         elif d.HasField("dim_param") and d.dim_param:
             dims.append(d.dim_param)
@@ -153,22 +212,28 @@ def _check_defined(g: onnx.GraphProto, where: str) -> None:
                                      f"{x!r}, which is used but never defined")
 
 
-def import_onnx(source: str | os.PathLike | onnx.ModelProto) -> Graph:
-    """Load an ONNX model into an IR Graph."""
+def import_onnx(source: str | os.PathLike | onnx.ModelProto, strict: bool = False) -> Graph:
+    """Load an ONNX model into an IR Graph. The nodes without a kernel here become
+    OnnxRuntimeCall nodes (onnx_runtime_groups.py); strict: refuse them instead, all together
+    in one UnsupportedOpError."""
     model = load_model(source)
+    _normalise_domains(model)
     where = "" if isinstance(source, onnx.ModelProto) else f"{source}: "
     unsupported = [(op_key(n.domain, n.op_type), n.name or f"#{i}")
                    for i, n in enumerate(model.graph.node)
                    if lookup(n.domain, n.op_type) is None and n.op_type not in SEQUENCE_OPS]
-    if unsupported:
+    if unsupported and strict:
         raise UnsupportedOpError(unsupported)
     _check_defined(model.graph, where)
+    _name_free_dims(model.graph)
     model = _infer_shapes(model, where)
     unsupported = sequences_to_split(model)
-    if unsupported:
+    if unsupported and strict:
         raise UnsupportedOpError([(f"{op} (a tensor sequence)", name) for op, name in unsupported])
+    if not strict:
+        group_for_onnx_runtime(model)
     g = model.graph
-    opset = {(imp.domain if imp.domain != "ai.onnx" else ""): imp.version for imp in model.opset_import}
+    opset = {imp.domain: imp.version for imp in model.opset_import}
     graph = Graph(g.name or "main", opset)
 
     types = {vi.name: value_type(vi) for vi in [*g.value_info, *g.input, *g.output]}
@@ -191,11 +256,17 @@ def import_onnx(source: str | os.PathLike | onnx.ModelProto) -> Graph:
 
         for i, n in enumerate(g.node):
             name = n.name or f"{n.op_type}_{i}"
+            if n.domain == ORT_DOMAIN:
+                attrs, origin = call_attributes(n)
+                outs = [Value(o, *types.get(o, (None, None))) for o in n.output]
+                values.update((v.name, v) for v in outs)
+                graph.add_node(n.op_type, [named(x) for x in n.input], outs, attrs, name, n.domain, origin)
+                continue
             try:
                 attrs = {a.name: attribute_value(a) for a in n.attribute}
             except NotImplementedError:
                 raise UnsupportedOpError([(op_key(n.domain, n.op_type) + " with a subgraph", name)]) from None
-            if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
+            if n.op_type == "Constant" and n.domain == "":
                 values[n.output[0]] = graph.add_constant(n.output[0], _constant_attr(attrs, name))
                 continue
             inputs = [named(x) if x else None for x in n.input]
@@ -230,14 +301,14 @@ def _function_body(model: onnx.ModelProto, call: onnx.NodeProto, inputs: list[Va
     if fn is None:
         raise ModelLoadError(f"{where}node {call.name!r} ({call.op_type}) calls a function the "
                              "model does not define")
-    opset = {(i.domain if i.domain != "ai.onnx" else ""): i.version for i in fn.opset_import}
+    opset = {i.domain: i.version for i in fn.opset_import}
     body = Graph(fn.overload or fn.name, opset)
     values = {name: body.add_input(name, v.shape, v.dtype)
               for name, v in zip(fn.input, inputs) if v is not None}
     renamed = {}
     for n in fn.node:
         attrs = {a.name: attribute_value(a) for a in n.attribute}
-        if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
+        if n.op_type == "Constant" and n.domain == "":
             values[n.output[0]] = body.add_constant(n.output[0], _constant_attr(attrs, n.name))
         elif n.op_type == "Identity" and n.output[0] in fn.output:
             renamed[n.output[0]] = n.input[0]

@@ -70,6 +70,7 @@ class FusionReport:
     regions: list[RegionReport] = field(default_factory=list)         # automatic fusion
     not_auto_fused: list[NotFusedReport] = field(default_factory=list)
     precision: dict | None = None  # from the backend: what computed in which format, the guard
+    onnx_runtime: dict[str, int] = field(default_factory=dict)   # op -> nodes ONNX Runtime runs
 
     @property
     def est_speedup(self) -> float:
@@ -111,6 +112,9 @@ class FusionReport:
                          f"{m['fused_ms']:.2f} ms, median of {m['runs']} runs)")
         if self.backend:
             lines.append(self.backend)
+        if self.onnx_runtime:   # ops without a kernel here (strict=True refuses them instead)
+            lines.append("Runs on ONNX Runtime: "
+                         + ", ".join(f"{op} ×{k}" for op, k in self.onnx_runtime.items()))
         lines += self._precision_text()
         if self.near_misses:
             lines += ["", f"Not fused ({len(self.near_misses)}):"]

@@ -6,6 +6,7 @@ from .ops import OPS, OpClass, OpDef, lookup, ops_of_class, register
 from .builder import FUSED_DOMAIN, GraphBuilder
 from . import fused_ops  # noqa: F401,E402 - registers the fused ops in the table
 from . import torch_call  # noqa: F401,E402 - registers TorchCall (unmapped PyTorch ops)
+from . import onnx_runtime_call  # noqa: F401,E402 - registers OnnxRuntimeCall (ops without a kernel)
 
 __all__ = ["DType", "Dim", "Graph", "Node", "Shape", "Value", "format_graph", "op_key", "OPS",
            "OpClass", "OpDef", "broadcast_shapes", "lookup", "ops_of_class", "register",

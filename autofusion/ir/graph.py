@@ -321,6 +321,8 @@ def _fmt_attr(v: Any) -> str:
         return repr(float(v))
     if isinstance(v, Graph):
         return f"graph<{v.name}>"
+    if isinstance(v, bytes):
+        return f"bytes<{len(v)}>"
     return repr(v)
 
 

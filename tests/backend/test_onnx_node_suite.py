@@ -25,7 +25,8 @@ from .node_suite_expected_failures import EXPECTED_FAILURES
 
 STANDARD = {onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16,
             onnx.TensorProto.INT8, onnx.TensorProto.INT16, onnx.TensorProto.INT32,
-            onnx.TensorProto.INT64, onnx.TensorProto.UINT8, onnx.TensorProto.BOOL}
+            onnx.TensorProto.INT64, onnx.TensorProto.UINT8, onnx.TensorProto.UINT16,
+            onnx.TensorProto.UINT32, onnx.TensorProto.UINT64, onnx.TensorProto.BOOL}
 
 
 class AutofusionRep(onnx.backend.base.BackendRep):

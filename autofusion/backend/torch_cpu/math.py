@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 from ...errors import KernelBuildError
 from ...ir import Node
+from . import unsigned
 from .common import (TORCH_DTYPES, Kernel, KernelBuilder, const_input, ints_of, kernel, opset,
                      torch_dtype)
 
@@ -27,6 +28,15 @@ def _by_dtype(node: Node, float_fn: Callable, other_fn: Callable, i: int = 0) ->
     if dt is not None:
         return float_fn if dt.is_floating_point else other_fn
     return lambda *a: (float_fn if a[i].is_floating_point() else other_fn)(*a)
+
+
+def _unsigned_or(node: Node, fn: Callable, unsigned_fn: Callable, i: int = 0) -> Callable:
+    """unsigned_fn for uint16/32/64 in input i (PyTorch lacks their kernels, see unsigned.py),
+    else fn: chosen now when the IR knows the dtype, else per call."""
+    dt = _dtype(node, i)
+    if dt is not None:
+        return unsigned_fn if unsigned.is_wide_unsigned(dt) else fn
+    return lambda *a: (unsigned_fn if unsigned.is_wide_unsigned(a[i].dtype) else fn)(*a)
 
 
 def _scalar(node: Node, i: int):
@@ -57,8 +67,16 @@ _UNARY: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "Not": torch.logical_not, "IsNaN": torch.isnan, "BitwiseNot": torch.bitwise_not,
     "Identity": lambda x: x,
 }
+# their forms for uint16/32/64 (ONNX's Neg takes no unsigned type)
+_UNARY_UNSIGNED: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "Abs": lambda x: x, "Sign": lambda x: (x != 0).to(x.dtype),
+    "BitwiseNot": unsigned.wrapping(torch.bitwise_not),
+}
 for _op, _fn in _UNARY.items():
-    kernel(_op)(lambda node, _fn=_fn: _fn)
+    if _op in _UNARY_UNSIGNED:
+        kernel(_op)(lambda node, _fn=_fn, _op=_op: _unsigned_or(node, _fn, _UNARY_UNSIGNED[_op]))
+    else:
+        kernel(_op)(lambda node, _fn=_fn: _fn)
 
 # activations with attributes: op -> (node -> kernel)
 _ACTIVATIONS: dict[str, KernelBuilder] = {
@@ -167,14 +185,28 @@ _DIRECT: dict[str, Callable] = {
     "Xor": torch.logical_xor, "BitwiseAnd": torch.bitwise_and, "BitwiseOr": torch.bitwise_or,
     "BitwiseXor": torch.bitwise_xor, "Where": torch.where,
 }
+# their forms for uint16/32/64, and which input says the dtype (Where's is the second)
+_DIRECT_UNSIGNED: dict[str, tuple[Callable, int]] = {
+    "Add": (unsigned.wrapping(torch.add), 0), "Sub": (unsigned.wrapping(torch.sub), 0),
+    "Mul": (unsigned.wrapping(torch.mul), 0), "Less": (unsigned.comparing(torch.lt), 0),
+    "Greater": (unsigned.comparing(torch.gt), 0), "LessOrEqual": (unsigned.comparing(torch.le), 0),
+    "GreaterOrEqual": (unsigned.comparing(torch.ge), 0),
+    "BitwiseAnd": (unsigned.wrapping(torch.bitwise_and), 0),
+    "BitwiseOr": (unsigned.wrapping(torch.bitwise_or), 0),
+    "BitwiseXor": (unsigned.wrapping(torch.bitwise_xor), 0), "Where": (unsigned.where, 1),
+}
 for _op, _fn in _DIRECT.items():
-    kernel(_op)(lambda node, _fn=_fn: _fn)
+    if _op in _DIRECT_UNSIGNED:
+        kernel(_op)(lambda node, _fn=_fn, _op=_op: _unsigned_or(node, _fn, *_DIRECT_UNSIGNED[_op]))
+    else:
+        kernel(_op)(lambda node, _fn=_fn: _fn)
 
 
 @kernel("Div")
 def _div(node: Node) -> Kernel:
     # integer division truncates toward zero (C semantics)
-    return _by_dtype(node, torch.div, functools.partial(torch.div, rounding_mode="trunc"))
+    signed = _by_dtype(node, torch.div, functools.partial(torch.div, rounding_mode="trunc"))
+    return _unsigned_or(node, signed, unsigned.div)
 
 
 @kernel("Pow")
@@ -190,20 +222,22 @@ def _pow(node: Node) -> Kernel:
     return lambda x, y: torch.pow(x, y).to(x.dtype)
 
 
-def _fold(fn: Callable) -> KernelBuilder:
+def _fold(fn: Callable, unsigned_fn: Callable | None = None) -> KernelBuilder:
     def build(node: Node) -> Kernel:
+        step = fn if unsigned_fn is None else _unsigned_or(node, fn, unsigned_fn)
+
         def run(*xs):
             y = xs[0]
             for x in xs[1:]:
-                y = fn(y, x)
+                y = step(y, x)
             return y
         return run
     return build
 
 
-kernel("Max")(_fold(torch.maximum))  # NaN propagates, as numpy
-kernel("Min")(_fold(torch.minimum))
-kernel("Sum")(_fold(torch.add))
+kernel("Max")(_fold(torch.maximum, unsigned.extreme(torch.maximum)))  # NaN propagates, as numpy
+kernel("Min")(_fold(torch.minimum, unsigned.extreme(torch.minimum)))
+kernel("Sum")(_fold(torch.add, unsigned.wrapping(torch.add)))
 
 
 @kernel("Mean")
@@ -222,8 +256,8 @@ def _py_mod(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 @kernel("Mod")
 def _mod(node: Node) -> Kernel:
     if node.attr("fmod", 0):
-        return torch.fmod  # sign of the dividend
-    return _by_dtype(node, _py_mod, torch.remainder)  # sign of the divisor
+        return _unsigned_or(node, torch.fmod, unsigned.mod)  # sign of the dividend
+    return _unsigned_or(node, _by_dtype(node, _py_mod, torch.remainder), unsigned.mod)  # of the divisor
 
 
 @kernel("PRelu")
@@ -236,8 +270,12 @@ def _bitshift(node: Node) -> Kernel:
     # a shift count < 0 or >= the bit width gives 0, or -1 for a right shift of a negative value
     left = node.attr("direction") == "LEFT"
     dt = _dtype(node)
+    if unsigned.is_wide_unsigned(dt):
+        return lambda x, y: unsigned.shift(x, y, left)
 
     def run(x, y):
+        if unsigned.is_wide_unsigned(x.dtype):
+            return unsigned.shift(x, y, left)
         w = torch.iinfo(dt or x.dtype).bits
         out = (y < 0) | (y >= w)
         if left:

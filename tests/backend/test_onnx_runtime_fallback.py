@@ -1,0 +1,220 @@
+"""Ops autofusion has no kernel for run on ONNX Runtime (OnnxRuntimeCall), one session per
+connected group; strict=True refuses them. Every result is checked against ONNX Runtime running
+the whole model. The ops used are ones autofusion will not grow a kernel for: TfIdfVectorizer,
+com.microsoft's contrib ops and a model-local function (my.ops::Swish, x·sigmoid(x))."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import autofusion
+from autofusion.backend import native
+from autofusion.cli import main
+from autofusion.errors import UnsupportedOpError
+from autofusion.frontend import import_onnx
+from autofusion.ir import lookup
+from autofusion.ir.onnx_runtime_call import ORT_KEY
+
+F = TensorProto.FLOAT
+OPSET = [helper.make_opsetid("", 18), helper.make_opsetid("com.microsoft", 1),
+         helper.make_opsetid("my.ops", 1)]
+SWISH = helper.make_function("my.ops", "Swish", ["x"], ["y"],
+                             [helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("Mul", ["x", "s"], ["y"])],
+                             [helper.make_opsetid("", 18)])
+
+
+def swish(x: str, y: str, name: str) -> onnx.NodeProto:
+    return helper.make_node("Swish", [x], [y], name=name, domain="my.ops")
+
+
+def _model(nodes, inputs, outputs, inits=()):
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
+                          [helper.make_tensor_value_info(n, F, None) for n in outputs], list(inits))
+    return helper.make_model(g, opset_imports=OPSET, functions=[SWISH])
+
+
+def _ort(model, feeds):
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def _check(model, feeds, **kwargs):
+    compiled = autofusion.compile(model, **kwargs)
+    got = compiled.run(feeds)
+    for name, want in zip([o.name for o in model.graph.output], _ort(model, feeds)):
+        np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=1e-4, err_msg=name)
+    return compiled
+
+
+def _calls(graph):
+    return [n for n in graph.nodes if n.op == ORT_KEY]
+
+
+def tfidf_model():
+    """Token ids -> TfIdfVectorizer (no kernel here) -> scale and Relu (ours)."""
+    assert lookup("", "TfIdfVectorizer") is None, "TfIdfVectorizer has a kernel now: these tests need an op without one"
+    scale = numpy_helper.from_array(np.arange(1, 8, dtype=np.float32), "scale")
+    nodes = [helper.make_node("TfIdfVectorizer", ["x"], ["t"], name="tfidf", mode="TF",
+                              min_gram_length=2, max_gram_length=2, max_skip_count=0,
+                              ngram_counts=[0, 4], ngram_indexes=[0, 1, 2, 3, 4, 5, 6],
+                              pool_int64s=[2, 3, 5, 4, 5, 6, 7, 8, 6, 7]),
+             helper.make_node("Mul", ["t", "scale"], ["s"], name="mul"),
+             helper.make_node("Relu", ["s"], ["y"], name="relu")]
+    return _model(nodes, [("x", TensorProto.INT64, [2, 6])], ["y"], [scale])
+
+
+TOKENS = {"x": np.array([[1, 1, 3, 3, 3, 7], [8, 6, 7, 5, 6, 8]], np.int64)}
+
+
+@pytest.mark.parametrize("backend", ["auto", "torch"])
+def test_an_op_without_a_kernel_runs_on_onnx_runtime_and_the_report_names_it(backend):
+    m = _check(tfidf_model(), TOKENS, backend=backend)
+    assert [n.attr("ops") for n in _calls(m.graph)] == [["TfIdfVectorizer"]]
+    assert "Runs on ONNX Runtime: TfIdfVectorizer ×1" in m.report.text()
+    assert m.report.to_json()["onnx_runtime"] == {"TfIdfVectorizer": 1}
+    assert "via onnxruntime" in str(m.plan)
+
+
+def test_the_torch_backend_from_the_environment_runs_it_too(monkeypatch):
+    monkeypatch.setenv("AUTOFUSION_BACKEND", "torch")
+    m = _check(tfidf_model(), TOKENS)
+    assert m.plan.backend == "torch"
+
+
+def test_strict_refuses_it_naming_the_node():
+    with pytest.raises(UnsupportedOpError, match=r"TfIdfVectorizer \(1x\): 'tfidf'"):
+        autofusion.compile(tfidf_model(), strict=True)
+
+
+def test_connected_unsupported_nodes_are_one_session_and_outputs_without_shapes_still_run():
+    """com.microsoft::QuickGelu has no ONNX shape rule: its output and Neg's get no type at import."""
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="relu"),
+             swish("a", "b", "swish"),
+             helper.make_node("QuickGelu", ["b"], ["c"], name="quick_gelu", domain="com.microsoft"),
+             helper.make_node("Neg", ["c"], ["y"], name="neg")]
+    model = _model(nodes, [("x", F, [2, 3, 3])], ["y"])
+    feeds = {"x": np.random.default_rng(0).standard_normal((2, 3, 3)).astype(np.float32)}
+    for backend in ("auto", "torch"):
+        m = _check(model, feeds, backend=backend)
+        calls = _calls(m.graph)
+        assert len(calls) == 1 and calls[0].attr("ops") == ["my.ops::Swish", "com.microsoft::QuickGelu"]
+        assert calls[0].outputs[0].dtype is None     # known only when ONNX Runtime runs it
+        assert calls[0].origin == ("swish", "quick_gelu")
+        assert "Runs on ONNX Runtime: com.microsoft::QuickGelu ×1, my.ops::Swish ×1" in m.report.text()
+
+
+def conv_swish_conv_model(batch="N"):
+    rng = np.random.default_rng(0)
+    w1 = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w1")
+    w2 = numpy_helper.from_array(rng.standard_normal((4, 4, 3, 3)).astype(np.float32), "w2")
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+             swish("r1", "l", "swish"),
+             helper.make_node("Conv", ["l", "w2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c2"], ["y"], name="relu2")]
+    return _model(nodes, [("x", F, [batch, 3, 8, 8])], ["y"], [w1, w2])
+
+
+@pytest.mark.skipif(native.unavailable() is not None, reason="no native backend on this machine")
+@pytest.mark.parametrize("batch", [1, "N"])
+def test_on_the_native_backend_it_is_a_torch_step_between_native_partitions(batch):
+    model = conv_swish_conv_model(batch)
+    for n in (1, 2) if batch == "N" else (1,):
+        x = np.random.default_rng(n).standard_normal((n, 3, 8, 8)).astype(np.float32)
+        m = _check(model, {"x": x}, backend="native")
+        program = m.program_for({"N": n} if batch == "N" else {})
+        assert [(p.target, [d.op for d in p.nodes]) for p in program.plan.partitions] == [
+            ("native", ["autofusion::FusedConv"]), ("torch", [ORT_KEY]), ("native", ["autofusion::FusedConv"])]
+
+
+def test_an_if_reads_outer_values_through_its_branches():
+    w = numpy_helper.from_array(np.full((3,), 2.0, np.float32), "w")
+    then = helper.make_graph([helper.make_node("Add", ["r", "w"], ["t"])], "then", [],
+                             [helper.make_tensor_value_info("t", F, [3])])
+    other = helper.make_graph([helper.make_node("Mul", ["r", "w"], ["e"])], "else", [],
+                              [helper.make_tensor_value_info("e", F, [3])])
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("If", ["c"], ["i"], name="if", then_branch=then, else_branch=other),
+             helper.make_node("Neg", ["i"], ["y"], name="neg")]
+    model = _model(nodes, [("x", F, [3]), ("c", TensorProto.BOOL, [])], ["y"], [w])
+    m = None
+    for c in (True, False):
+        m = _check(model, {"x": np.array([-1, 0.5, 3], np.float32), "c": np.array(c)})
+    call, = _calls(m.graph)
+    assert [v.name for v in call.inputs] == ["c", "r", "w"]   # the branches read r and w by name
+
+
+def test_a_loop_with_scan_outputs_runs_and_its_output_shape_comes_at_run_time():
+    body = helper.make_graph(
+        [helper.make_node("Add", ["acc_in", "step"], ["acc_out"]),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Mul", ["acc_out", "r"], ["scan_out"])], "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc_in", F, [3])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc_out", F, [3]), helper.make_tensor_value_info("scan_out", F, [3])])
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Loop", ["n", "", "x"], ["final", "scans"], name="loop", body=body),
+             helper.make_node("Sigmoid", ["scans"], ["y"], name="sigmoid")]
+    step = numpy_helper.from_array(np.ones(3, np.float32), "step")
+    model = _model(nodes, [("x", F, [3]), ("n", TensorProto.INT64, [])], ["final", "y"], [step])
+    for n in (1, 4):
+        m = _check(model, {"x": np.array([-1, 0.5, 2], np.float32), "n": np.array(n, np.int64)})
+        assert m.run({"x": np.zeros(3, np.float32), "n": np.array(n, np.int64)})["y"].shape == (n, 3)
+
+
+def test_sequences_between_unsupported_nodes_stay_inside_one_session():
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="relu"),
+             helper.make_node("SequenceConstruct", ["a", "x"], ["s"], name="seq"),
+             helper.make_node("ConcatFromSequence", ["s"], ["c"], name="cat", axis=0),
+             helper.make_node("Sigmoid", ["c"], ["y"], name="sigmoid")]
+    model = _model(nodes, [("x", F, [2, 3])], ["y"])
+    m = _check(model, {"x": np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)})
+    call, = _calls(m.graph)
+    assert call.attr("ops") == ["SequenceConstruct", "ConcatFromSequence"]
+
+
+def test_a_group_that_would_wait_on_itself_is_split():
+    """Swish -> Relu -> SequenceConstruct(Swish's output, Relu's): one group {Swish,
+    SequenceConstruct, ConcatFromSequence} would need Relu's output, which needs the group's."""
+    nodes = [swish("x", "l", "swish"),
+             helper.make_node("Relu", ["l"], ["r"], name="relu"),
+             helper.make_node("SequenceConstruct", ["l", "r"], ["s"], name="seq"),
+             helper.make_node("ConcatFromSequence", ["s"], ["y"], name="cat", axis=1)]
+    model = _model(nodes, [("x", F, [1, 3, 4, 4])], ["y"])
+    m = _check(model, {"x": np.random.default_rng(0).standard_normal((1, 3, 4, 4)).astype(np.float32)})
+    assert sorted(n.attr("ops") for n in _calls(m.graph)) == [["SequenceConstruct", "ConcatFromSequence"],
+                                                             ["my.ops::Swish"]]
+
+
+def test_a_sequence_crossing_into_the_rest_of_the_graph_is_refused_naming_the_node():
+    nodes = [helper.make_node("SequenceConstruct", ["x", "x"], ["y"], name="seq")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, [2])],
+                          [helper.make_tensor_sequence_value_info("y", F, [2])])
+    with pytest.raises(UnsupportedOpError, match="SequenceConstruct: value 'y' is a sequence.*'seq'"):
+        autofusion.compile(helper.make_model(g, opset_imports=OPSET))
+
+
+def test_the_fused_model_exports_with_the_original_nodes_and_onnx_runtime_runs_it():
+    m = autofusion.compile(tfidf_model())
+    exported = autofusion.export_onnx(m.graph)
+    assert "TfIdfVectorizer" in [n.op_type for n in exported.graph.node]
+    np.testing.assert_allclose(_ort(exported, TOKENS)[0], _ort(tfidf_model(), TOKENS)[0])
+    assert [n.attr("ops") for n in _calls(import_onnx(exported))] == [["TfIdfVectorizer"]]
+
+
+def test_the_command_line_runs_it_and_strict_refuses_it(tmp_path, capsys):
+    path = tmp_path / "tfidf.onnx"
+    onnx.save(tfidf_model(), path)
+    assert main(["compile", str(path)]) == 0
+    assert "Runs on ONNX Runtime: TfIdfVectorizer ×1" in capsys.readouterr().out
+    assert main(["run", str(path), "--compare-ort"]) == 0
+    assert "y: max abs diff 0," in capsys.readouterr().out
+    assert main(["run", str(path), "--strict"]) == 2
+    assert "TfIdfVectorizer (1x): 'tfidf'" in capsys.readouterr().err
+    assert main(["info", str(path)]) == 0
+    assert "runs on ONNX Runtime (no kernel here; --strict refuses these):\n  TfIdfVectorizer: tfidf" in \
+        capsys.readouterr().out
