@@ -222,11 +222,12 @@ def test_bf16_emulation_rounds_to_nearest_even():
 
 # ---- fp16 ONNX files ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("keep_io_types", [False, True])
+@pytest.mark.parametrize("name", ["resnet_stack", "mobilenet_block"])   # the converter breaks
+@pytest.mark.parametrize("keep_io_types", [False, True])                # bert_layer's Casts
 @pytest.mark.parametrize("level", [0, 2])
-def test_fp16_onnx_files_run_equal_to_onnxruntime(keep_io_types, level):
+def test_fp16_onnx_files_run_equal_to_onnxruntime(name, keep_io_types, level):
     from onnxconverter_common import float16
-    model, feeds = ARCHITECTURES["resnet_stack"]()
+    model, feeds = ARCHITECTURES[name]()
     half = float16.convert_float_to_float16(model, keep_io_types=keep_io_types)
     if not keep_io_types:
         feeds = {k: v.astype(np.float16) for k, v in feeds.items()}
