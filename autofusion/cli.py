@@ -130,6 +130,10 @@ def cmd_compile(args) -> int:
         with progress.step("drawing the HTML report"):
             autofusion.export_html(model, args.html, original=args.model)
         print(f"wrote {args.html}")
+    if args.dump_kernels:
+        from .export import dump_kernels
+        written = dump_kernels(model.graph, args.dump_kernels)
+        print(f"wrote {len(written) // 2} region kernel(s) to {args.dump_kernels}")
     return 0
 
 
@@ -271,6 +275,9 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--html", type=Path, metavar="FILE",
                       help="write the report as one self-contained HTML page: the graph before "
                            "and after fusion, the fused groups, the reasons (needs Graphviz's dot)")
+    comp.add_argument("--dump-kernels", type=Path, metavar="DIR",
+                      help="write each automatic fusion region's subgraph (.onnx) and generated "
+                           "C++ (.cpp) into DIR")
     comp.add_argument("--measure", action="store_true",
                       help="also time the fused model against level 0 on random inputs")
     comp.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE",
