@@ -83,10 +83,14 @@ def _function(node: Node, overload: str) -> onnx.FunctionProto:
     for i, v in enumerate(body.outputs):
         outputs.append(f"out{i}")
         nodes.append(helper.make_node("Identity", [v.name], [f"out{i}"], name=f"{overload}/out{i}"))
+    # the default domain, and any other its body uses (a custom op inside a region)
+    model_opset = node.graph.opset if node.graph else {}
+    opset = {"": body.opset.get("", 17)} | {n.domain: model_opset.get(n.domain, 1)
+                                            for n in body.nodes if n.domain}
     return helper.make_function(
         FUSED_DOMAIN, node.op_type, [f"in{i}" for i in range(len(node.inputs))], outputs, nodes,
-        [helper.make_opsetid("", body.opset.get("", 17))], attributes=sorted(_plain_attrs(node)),
-        overload=overload)
+        [helper.make_opsetid(d, v) for d, v in sorted(opset.items())],
+        attributes=sorted(_plain_attrs(node)), overload=overload)
 
 
 def _onnx_runtime_nodes(n: Node) -> tuple[list[onnx.NodeProto], list[onnx.FunctionProto]]:
@@ -128,6 +132,9 @@ def export_onnx(graph: Graph, path: str | os.PathLike | None = None, *,
     opset = dict(graph.opset)
     if functions:
         opset.setdefault(FUSED_DOMAIN, 1)
+    for f in functions:
+        for imp in f.opset_import:
+            opset.setdefault(imp.domain, imp.version)
     model = helper.make_model(
         g, producer_name=producer, ir_version=_IR_VERSION, functions=functions,
         opset_imports=[helper.make_opsetid(d, ver) for d, ver in sorted(opset.items())])

@@ -280,7 +280,9 @@ def import_onnx(source: str | os.PathLike | onnx.ModelProto, strict: bool = Fals
                 outs.append(values[o])
             if n.domain == FUSED_DOMAIN and n.op_type == "Region" and "body" not in attrs:
                 attrs["body"] = _function_body(model, n, inputs, where)
-            graph.add_node(n.op_type, inputs, outs, attrs, name, n.domain)
+            node = graph.add_node(n.op_type, inputs, outs, attrs, name, n.domain)
+            if all(v.dtype is None for v in outs):   # ONNX's inference does not know the op
+                infer_types(node)                    # (a custom one): the op table's rule
         for vi in g.output:
             graph.outputs.append(named(vi.name))
             shape, dtype = value_type(vi)

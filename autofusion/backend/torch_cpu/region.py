@@ -5,7 +5,7 @@ without a C++ compiler); native partitions run the generated kernel instead.
 """
 from __future__ import annotations
 
-from ...ir import Node
+from ...ir import Graph, Node
 from ...ir.builder import fused
 from ...ir.fused_ops import typed_body
 from ..impl import torch_impl
@@ -15,7 +15,12 @@ from .common import kernel, to_torch
 @kernel(fused("Region"))
 def region(node: Node):
     """The body's ops one by one."""
-    body = typed_body(node)
+    return body_kernel(typed_body(node))
+
+
+def body_kernel(body: Graph):
+    """A kernel running a subgraph's ops one PyTorch call each (a region's body, a custom op's
+    decomposition)."""
     values = {id(v): to_torch(v.const, v.dtype, v.name) for v in body.constants.values()}
     steps = []
     for n in body.nodes:
