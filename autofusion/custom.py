@@ -22,7 +22,17 @@ import numpy as np
 from .backend.torch_cpu import kernel
 from .backend.torch_cpu.region import body_kernel
 from .errors import AutofusionError
-from .ir import DType, Graph, GraphBuilder, Node, OpClass, OpDef, Value, lookup, register
+from .ir import (
+    DType,
+    Graph,
+    GraphBuilder,
+    Node,
+    OpClass,
+    OpDef,
+    Value,
+    lookup,
+    register,
+)
 from .ir.scalar import c_float, expression, register_expression
 from .ir.shapes import _broadcast
 
