@@ -74,13 +74,19 @@ def _checksum(a: np.ndarray) -> str:
     return "(non-numeric)"
 
 
+def _feeds(args, graph) -> tuple[dict[str, np.ndarray], list[str]]:
+    """The inputs of --inputs, or random ones of --dim's sizes; and the sizes that defaulted."""
+    if args.inputs:
+        return _load_inputs(args.inputs), []
+    dims = _parse_dims(args.dim)
+    return random_inputs(graph, dims, args.seed), defaulted_dims(graph, dims)
+
+
 def cmd_run(args) -> int:
     model = _compile(args)
     if args.plan:
         print(model.plan)
-    dims = _parse_dims(args.dim)
-    feeds = _load_inputs(args.inputs) if args.inputs else random_inputs(model.graph, dims, args.seed)
-    defaulted = [] if args.inputs else defaulted_dims(model.graph, dims)
+    feeds, defaulted = _feeds(args, model.graph)
     try:
         with progress.step("running"):
             outs = model.run(feeds)
@@ -134,6 +140,30 @@ def cmd_compile(args) -> int:
         from .export import dump_kernels
         written = dump_kernels(model.graph, args.dump_kernels)
         print(f"wrote {len(written) // 2} region kernel(s) to {args.dump_kernels}")
+    return 0
+
+
+def cmd_profile(args) -> int:
+    import autofusion
+    if args.html:
+        from .export.graphviz import find_dot
+        find_dot()   # before the compile: a missing Graphviz fails at once
+    model = _compile(args)
+    feeds, defaulted = _feeds(args, model.graph)
+    try:
+        with progress.step(f"profiling: {args.runs} runs with profiling off, {args.runs} on"):
+            prof = autofusion.profile(model, feeds, runs=args.runs)
+    except AutofusionError as e:
+        if not defaulted:
+            raise
+        raise _with_dims_hint(e, defaulted) from e
+    if args.plan:
+        print(prof.plan)   # the plan the runs took: specialised to the inputs' sizes
+    print(prof.text(top=args.top))
+    if args.html:
+        with progress.step("drawing the HTML report"):
+            autofusion.export_html(model, args.html, original=args.model, profile=prof)
+        print(f"wrote {args.html}")
     return 0
 
 
@@ -286,6 +316,24 @@ def build_parser() -> argparse.ArgumentParser:
     _fusion_flags(comp)
     _strict_flag(comp)
     comp.set_defaults(fn=cmd_compile)
+
+    prof = sub.add_parser("profile", help="run a model and report the time of each node, the "
+                                          "slowest first (--html: the fused graph by time)")
+    prof.add_argument("model", type=Path)
+    prof.add_argument("--inputs", help=".npz file with one array per model input")
+    prof.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE",
+                      help="size of a symbolic dimension for random inputs (default 1)")
+    prof.add_argument("--seed", type=int, default=0)
+    prof.add_argument("--runs", type=int, default=50,
+                      help="runs with profiling off and as many on, alternating in blocks of 5 "
+                           "(default 50)")
+    prof.add_argument("--top", type=int, default=20, help="nodes the table lists (default 20)")
+    prof.add_argument("--html", type=Path, metavar="FILE",
+                      help="also write the HTML report with the fused graph filled by time "
+                           "(needs Graphviz's dot)")
+    _fusion_flags(prof)
+    _strict_flag(prof)
+    prof.set_defaults(fn=cmd_profile)
 
     rules = sub.add_parser("rules", help="list every fusion rule: name, level, description")
     rules.set_defaults(fn=cmd_rules)

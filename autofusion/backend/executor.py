@@ -6,10 +6,16 @@ built once per node at compile time (attributes parsed, constant inputs read) an
 converted to torch tensors once. Values are dropped (`del`) right after their last use so memory follows the
 live set. No per-op lookup happens at call time. When a kernel raises, the traceback's line in
 the generated code tells which node failed, and the error names it.
+
+Profiling (profiling.py) asks for a second function from the same lines, made only then, with a
+clock read around each step; the plain function stays as it is, so a call that is not profiled
+costs one attribute test more.
 """
 from __future__ import annotations
 
 import linecache
+import time
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -29,6 +35,24 @@ def check_supported(graph: Graph) -> None:
         raise UnsupportedOpError(missing)
 
 
+@dataclass
+class Step:
+    """One step of the generated function: the line that calls it and the `del` after it."""
+    call: str
+    dead: str | None
+    node: Node | None    # the node a failure on the line names (None for a native partition)
+
+
+@dataclass
+class StepTimes:
+    """What a profiled Program counted since start_profile: per step (plan.partitions' order),
+    the seconds its line took in all calls; per native partition (by index), the seconds of
+    each of its steps (its nodes in order) inside the C call."""
+    calls: int
+    steps: list[float]
+    native: dict[int, list[float]]
+
+
 class Program:
     """The generated function for one graph and its plan: one line per torch node, one per
     native partition; with its source and the line → node map for errors."""
@@ -37,16 +61,48 @@ class Program:
                  native_source: str = ""):
         check_supported(graph)
         self.graph, self.plan, self.native_source = graph, plan, native_source
-        self.source, namespace, self.line_nodes = self._generate(graph, plan, native)
-        filename = f"<autofusion:{graph.name}:{id(self)}>"
-        linecache.cache[filename] = (len(self.source), None, self.source.splitlines(True), filename)
-        exec(compile(self.source, filename, "exec"), namespace)
-        self.constant_storages = {storage(t) for t in namespace.values() if isinstance(t, torch.Tensor)}
-        self.fn: Callable[..., tuple] = namespace["run"]
-        self.filename = filename
+        self.native = dict(native)
+        self.args, self.steps, self.results, self.namespace = self._generate(graph, plan, native)
+        self.constant_storages = {storage(t) for t in self.namespace.values()
+                                  if isinstance(t, torch.Tensor)}
+        self._line_nodes: dict[str, dict[int, Node | None]] = {}   # per generated function
+        self.source, self.fn = self._define("run", profiled=False)
+        self.profiled_fn: Callable[..., tuple] | None = None   # made by the first start_profile
+        self.step_times: list[float] | None = None             # counting while not None
+        self.profiled_calls = 0
+
+    def _filename(self, name: str) -> str:
+        return f"<autofusion:{self.graph.name}:{id(self)}:{name}>"
+
+    def _define(self, name: str, profiled: bool) -> tuple[str, Callable[..., tuple]]:
+        """The function's source from the steps, compiled into the namespace; a profiled one
+        takes the list of step times first and adds each step's perf_counter time to it."""
+        params = ", ".join((["_times"] if profiled else []) + self.args)
+        if profiled:
+            self.namespace["_clock"] = time.perf_counter
+        lines = [f"def {name}({params}):"]
+        line_nodes: dict[int, Node | None] = {}
+        for j, step in enumerate(self.steps):
+            if profiled:
+                lines.append("    _t = _clock()")
+            lines.append(step.call)
+            line_nodes[len(lines)] = step.node
+            if profiled:
+                lines.append(f"    _times[{j}] += _clock() - _t")
+            if step.dead:
+                lines.append(step.dead)
+        lines.append(self.results)
+        source = "\n".join(lines) + "\n"
+        filename = self._filename(name)
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        exec(compile(source, filename, "exec"), self.namespace)
+        self._line_nodes[filename] = line_nodes
+        return source, self.namespace[name]
 
     @staticmethod
     def _generate(graph: Graph, plan: Plan, native: Mapping[int, Callable]):
+        """The function's parameters, its steps, its return line, and the namespace it runs in
+        (kernels, native partitions, constants)."""
         names: dict[int, str] = {}
         namespace: dict[str, Any] = {}
         for i, v in enumerate(graph.inputs):
@@ -70,8 +126,8 @@ class Program:
         keep = {id(v) for v in graph.outputs}
         used_consts = set()
 
-        lines = [f"def run({', '.join(names[id(v)] for v in graph.inputs)}):"]
-        line_nodes: dict[int, Node] = {}
+        params = [names[id(v)] for v in graph.inputs]
+        body: list[Step] = []
         counter = 0
         for j, (nodes, reads, writes, fn_name, impl) in enumerate(steps):
             skip = ()
@@ -102,28 +158,47 @@ class Program:
                 args.append(names[id(v)])
             # a multi-output step returns a tuple; unpacking checks its length
             lhs = outs[0] if len(outs) == 1 and impl is not None else "".join(o + ", " for o in outs)
-            lines.append(f"    {lhs} = {fn_name}({', '.join(args)})")
-            line_nodes[len(lines)] = nodes[0] if len(nodes) == 1 else None
             dead = sorted({names[id(v)] for v in reads if v is not None and v.const is None
                            and last_use.get(id(v)) == j and id(v) not in keep
                            and v.producer is not None})
-            if dead:
-                lines.append(f"    del {', '.join(dead)}")
+            body.append(Step(f"    {lhs} = {fn_name}({', '.join(args)})",
+                             f"    del {', '.join(dead)}" if dead else None,
+                             nodes[0] if len(nodes) == 1 else None))
         # an output that is an input or a constant is copied, so callers never alias them
         results = []
         for v in graph.outputs:
             if v.const is not None:
                 used_consts.add(id(v))
             results.append(names[id(v)] + (".clone()" if v.producer is None else ""))
-        lines.append(f"    return ({''.join(r + ', ' for r in results)})")
         for v in graph.constants.values():
             if id(v) in used_consts:
                 namespace[names[id(v)]] = to_torch(v.const, v.dtype, v.name)
-        return "\n".join(lines) + "\n", namespace, line_nodes
+        return params, body, f"    return ({''.join(r + ', ' for r in results)})", namespace
+
+    def start_profile(self) -> None:
+        """Count the time of every step of the calls from now on (and of every native step)."""
+        if self.profiled_fn is None:
+            _, self.profiled_fn = self._define("run_profiled", profiled=True)
+        for part in self.native.values():
+            part.profile(True)
+        self.step_times, self.profiled_calls = [0.0] * len(self.steps), 0
+
+    def stop_profile(self) -> StepTimes:
+        """Stop counting; what was counted since start_profile."""
+        if self.step_times is None:
+            raise RuntimeError("stop_profile without start_profile")
+        native = {k: part.step_seconds() for k, part in self.native.items()}
+        for part in self.native.values():
+            part.profile(False)
+        times, self.step_times = StepTimes(self.profiled_calls, self.step_times, native), None
+        return times
 
     def __call__(self, *args: torch.Tensor) -> tuple:
         try:
-            return self.fn(*args)
+            if self.step_times is None:
+                return self.fn(*args)
+            self.profiled_calls += 1
+            return self.profiled_fn(self.step_times, *args)
         except NodeExecutionError:
             raise   # a native partition names its node itself
         except Exception as e:  # noqa: BLE001 - re-raised with the node named
@@ -136,8 +211,9 @@ class Program:
         tb = e.__traceback__
         node = None
         while tb is not None:
-            if tb.tb_frame.f_code.co_filename == self.filename:
-                node = self.line_nodes.get(tb.tb_lineno)
+            lines = self._line_nodes.get(tb.tb_frame.f_code.co_filename)
+            if lines is not None:
+                node = lines.get(tb.tb_lineno)
             tb = tb.tb_next
         return node
 

@@ -109,6 +109,11 @@ class CompiledModel:
         self.specialised.move_to_end(key)
         return program
 
+    def program_for_inputs(self, inputs: Mapping[str, Array]) -> Program:
+        """The program a call with these inputs runs (checked as a call checks them)."""
+        tensors = [self._check_input(v, a) for v, a in zip(self.graph.inputs, self._bind((), dict(inputs)))]
+        return self.program_for(self._check_symbolic_dims(tensors))
+
     @property
     def native_source(self) -> str:
         """The generated C++ of the native partitions (of the unspecialised graph)."""

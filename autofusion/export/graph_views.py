@@ -10,6 +10,10 @@ drawn with a red border and carries the reasons.
 Each box has details (op, inputs and outputs with their types, attributes, the rule that made
 it, the ONNX nodes it stands for, what runs it) and peers: the boxes in the other view that
 stand for the same ONNX nodes, so selecting a node in one view finds it in the other.
+
+With a profile (profiling.py), the fused graph is filled by time instead: a heat scale from
+the fastest node to the slowest, the rule's colour kept on the border, each node's time in its
+details; the plan drawn is the one the profiled runs took (specialised to their input sizes).
 """
 from __future__ import annotations
 
@@ -33,6 +37,8 @@ PLAIN = ("#ffffff", "#555555")
 IO = ("#eeeeee", "#777777")
 PARTITION = ("#fbfbfb", "#b0b0b0")
 STUB = ("#ffffff", "#bbbbbb")
+NOT_TIMED = "#f4f4f4"   # a node the profiled runs did not run (folded for their sizes)
+HEAT = ["#ffffcc", "#fed976", "#fd8d3c", "#f03b20"]   # no time → the slowest node's time
 READERS_DRAWN_AS_STUBS = 8
 ATTR_CHARS = 160
 
@@ -75,6 +81,19 @@ def attr_text(value: Any) -> str:
     else:
         text = repr(value)
     return text if len(text) <= ATTR_CHARS else text[:ATTR_CHARS - 1] + "…"
+
+
+def heat(fraction: float) -> str:
+    """The colour of a node that took `fraction` of the slowest node's time (0..1): HEAT's
+    stops, interpolated."""
+    x = min(max(fraction, 0.0), 1.0) * (len(HEAT) - 1)
+    i = min(int(x), len(HEAT) - 2)
+    a, b = (tuple(int(c[k:k + 2], 16) for k in (1, 3, 5)) for c in HEAT[i:i + 2])
+    return "#" + "".join(f"{round(p + (q - p) * (x - i)):02x}" for p, q in zip(a, b))
+
+
+def time_text(seconds: float, share: float) -> str:
+    return f"{seconds * 1e3:.3f} ms per run, {share:.1%} of the run"
 
 
 def _value_row(v: Value | None) -> list[str]:
@@ -225,16 +244,24 @@ def before_view(before: Graph, after: Graph, report: FusionReport, *,
 
 def after_view(after: Graph, report: FusionReport, plan: Any | None, *,
                colours: dict[str, tuple[str, str]], after_ids: dict[Node, str],
-               before_ids: dict[str, str]) -> View:
-    """The fused graph: fused nodes in their rule's colour, native partitions as clusters."""
+               before_ids: dict[str, str], profile: Any | None = None) -> View:
+    """The fused graph: fused nodes in their rule's colour (or by time, with a profile),
+    native partitions as clusters."""
     view = View(Drawing("after"))
     reasons = near_miss_reasons(report)
     inputs, outputs = _io_boxes(after, "after", view)
+    if profile is not None:
+        plan = profile.plan
     runs = runs_on(plan) if plan is not None else {}
+    times = profile.by_node() if profile is not None else {}
+    slowest = max((t.seconds for t in times.values()), default=0.0) or 1.0
     for node in after.nodes:
         box_id = after_ids[node]
         rule = node.meta.get("rule")
         fill, border = colours[rule] if rule else PLAIN
+        if profile is not None:
+            timed = times.get(node.name)
+            fill = heat(timed.seconds / slowest) if timed is not None else NOT_TIMED
         classes = ["af-fused"] if rule else []
         if node.name in reasons:
             classes.append("af-near-miss")
@@ -245,42 +272,47 @@ def after_view(after: Graph, report: FusionReport, plan: Any | None, *,
         facts = node_facts(node)
         if node.name in reasons:
             facts["near_misses"] = reasons[node.name]
-        if node in runs:
-            facts["runs"] = runs[node]
+        if node.name in runs:
+            facts["runs"] = runs[node.name]
+        if profile is not None:
+            timed = times.get(node.name)
+            facts["time"] = (time_text(timed.seconds, timed.share) if timed is not None else
+                             "not run by the profiled runs (folded away for their input sizes)")
         facts["peers"] = [before_ids[o] for o in node.origin if o in before_ids]
         view.details[box_id] = facts
     if plan is not None:
+        ids = {n.name: box_id for n, box_id in after_ids.items()}   # a specialised plan's nodes are copies
         for part in plan.partitions:
             if part.target == "native":
                 fill, border = PARTITION
                 view.drawing.clusters.append(Cluster(
                     f"after-p{part.index}", f"native partition {part.index} ({len(part.nodes)} nodes)",
-                    [after_ids[n] for n in part.nodes if n in after_ids], fill, border,
+                    [ids[n.name] for n in part.nodes if n.name in ids], fill, border,
                     dashed=True, classes=["af-partition"]))
     _connect(view, _sources(after, after_ids, inputs, outputs))
     return view
 
 
-def runs_on(plan: Any) -> dict[Node, str]:
-    """Node -> what runs it, from the backend's plan (implementation, partition, refusals)."""
-    where: dict[Node, str] = {}
+def runs_on(plan: Any) -> dict[str, str]:
+    """Node name -> what runs it, from the backend's plan (implementation, partition, refusals)."""
+    where: dict[str, str] = {}
     for part in plan.partitions:
         for node in part.nodes:
             decision = plan.decisions[node]
             text = (f"native partition {part.index} via {decision.impl.name}"
                     if part.target == "native" else f"PyTorch via {decision.impl.name}")
             text += "".join(f"; not {name}: {why}" for name, why in decision.refused)
-            where[node] = text
+            where[node.name] = text
     return where
 
 
-def graph_views(before: Graph, after: Graph, report: FusionReport,
-                plan: Any | None = None) -> tuple[View, View, dict[str, tuple[str, str]]]:
-    """Both views and the rule colours they use."""
+def graph_views(before: Graph, after: Graph, report: FusionReport, plan: Any | None = None,
+                profile: Any | None = None) -> tuple[View, View, dict[str, tuple[str, str]]]:
+    """Both views and the rule colours they use; with a profile, the fused graph by time."""
     colours = rule_colours(report, after)
     after_ids = {n: f"after-n{i}" for i, n in enumerate(after.nodes)}
     before_ids = {n.name: f"before-n{i}" for i, n in enumerate(before.nodes)}
     return (before_view(before, after, report, colours=colours, after_ids=after_ids),
             after_view(after, report, plan, colours=colours, after_ids=after_ids,
-                       before_ids=before_ids),
+                       before_ids=before_ids, profile=profile),
             colours)

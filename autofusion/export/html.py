@@ -11,6 +11,10 @@ red border and their reasons. Everything the page shows is in the file: the SVG,
 every node as JSON, the style sheet and a small script (html_assets.py) for search, zoom, pan
 and the details panel. Nothing is fetched when it is viewed.
 
+With a profile (`autofusion profile MODEL --html FILE`, or `profile=` here) the page also has
+a table of the slowest nodes and the fused graph is filled by time on a heat scale, each node's
+time in its details.
+
 The page is written only when all of it could be made: `dot` is looked for before anything
 else, and the file is written whole or not at all.
 """
@@ -27,22 +31,25 @@ from typing import Any
 from ..errors import AutofusionError
 from ..fusion.report import FusionReport
 from ..ir import Graph
+from ..profiling import BOUNDARIES, OUTSIDE
 from .dot import dot_source
-from .graph_views import PARTITION, REMOVED, STUB, View, graph_views
+from .graph_views import PARTITION, REMOVED, STUB, View, graph_views, heat
 from .graphviz import find_dot, render_svg
 from .html_assets import CSS, JS
 
 
-def export_html(model: Any, path: str | os.PathLike, *, original: Any) -> Path:
+def export_html(model: Any, path: str | os.PathLike, *, original: Any, profile: Any = None) -> Path:
     """Write the HTML report of a CompiledModel to `path` and return the path.
 
     original: the model as it was before compile — the path or ModelProto given to
     `autofusion.compile` (it is read again here), or an imported Graph that was not compiled in
-    place. Raises GraphvizUnavailable (with how to install it) where `dot` is missing.
+    place. profile: an `autofusion.profile` of the model, to colour the fused graph by time.
+    Raises GraphvizUnavailable (with how to install it) where `dot` is missing.
     """
     dot = find_dot()
     before = _original_graph(original, model.graph)
-    page = html_page(model.report, before, model.graph, getattr(model, "plan", None), dot=dot)
+    page = html_page(model.report, before, model.graph, getattr(model, "plan", None), dot=dot,
+                     profile=profile)
     return write_whole(path, page)
 
 
@@ -75,22 +82,24 @@ def write_whole(path: str | os.PathLike, text: str) -> Path:
 
 
 def html_page(report: FusionReport, before: Graph, after: Graph, plan: Any | None = None,
-              dot: str | None = None) -> str:
+              dot: str | None = None, profile: Any | None = None) -> str:
     """The whole page as text."""
-    before_view, after_view, colours = graph_views(before, after, report, plan)
+    before_view, after_view, colours = graph_views(before, after, report, plan, profile)
     svgs = {v.drawing.id: inline_svg(render_svg(dot_source(v.drawing), len(v.drawing.boxes), dot))
             for v in (before_view, after_view)}
-    title = f"Fusion report — {report.model}"
+    title = f"{'Profile' if profile is not None else 'Fusion report'} — {report.model}"
+    after_title = f"After fusion — {len(after)} nodes" + (", filled by time" if profile else "")
     return "\n".join([
         "<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
         f"<title>{_e(title)}</title>", f"<style>{CSS}</style>", "</head>", "<body>",
         _header(report, title),
-        '<section id="af-summary">', _fusions_table(report, colours), _totals_table(report),
+        '<section id="af-summary">', _profile_table(profile) if profile is not None else "",
+        _fusions_table(report, colours), _totals_table(report),
         _near_miss_table(report), "</section>",
-        '<section id="af-graphs">', _toolbar(colours, plan is not None),
+        '<section id="af-graphs">', _toolbar(colours, plan is not None, profile),
         '<div class="af-main">',
         _pane("before", f"Before fusion — {len(before)} nodes", svgs["before"]),
-        _pane("after", f"After fusion — {len(after)} nodes", svgs["after"]),
+        _pane("after", after_title, svgs["after"]),
         ('<aside id="af-details">Click a node for its op, shapes, attributes, the rule that made '
          "it and the ONNX nodes it stands for. Drag to pan, wheel to zoom.</aside>"),
         "</div>", "</section>", '<div id="af-tip"></div>',
@@ -175,8 +184,45 @@ def _near_miss_table(report: FusionReport) -> str:
             f"<tr><th>Rule</th><th>Nodes</th><th>Reason</th></tr>{rows}</table></div></div>")
 
 
-def _toolbar(colours: dict[str, tuple[str, str]], with_plan: bool) -> str:
+PROFILE_ROWS = 20   # the slowest nodes the page's table lists
+
+
+def _profile_table(profile: Any) -> str:
+    """The slowest nodes, what no node holds, and the whole-run times with profiling off and on."""
+    def row(name: str, op: str, impl: str, where: str, seconds: float, find: bool = False) -> str:
+        cell = (f'<a class="af-find" href="#" data-find="{_e(name)}">{_e(name)}</a>' if find
+                else _e(name))
+        return (f"<tr><td>{_swatch(heat(seconds / slowest), '#999')}{cell}</td><td>{_e(op)}</td>"
+                f"<td>{_e(impl)}</td><td>{_e(where)}</td>"
+                f'<td class="num">{seconds * 1e3:.3f}</td>'
+                f'<td class="num">{seconds / profile.profiled:.1%}</td></tr>')
+
+    slowest = max((n.seconds for n in profile.nodes), default=0.0) or 1.0
+    shown, rest = profile.nodes[:PROFILE_ROWS], profile.nodes[PROFILE_ROWS:]
+    rows = [row(n.node, n.op, n.impl, n.where, n.seconds, find=True) for n in shown]
+    if rest:
+        rows.append(row(f"the other {len(rest)} node(s)", "", "", "", sum(n.seconds for n in rest)))
+    if any(n.where != "torch" for n in profile.nodes):
+        rows.append(row(BOUNDARIES, "", "", "", profile.boundaries))
+    rows.append(row(OUTSIDE, "", "", "", profile.outside))
+    total = (f"Nodes in total {profile.node_total * 1e3:.3f} ms per run, "
+             f"{profile.node_total / profile.profiled:.1%} of the profiled run "
+             f"({profile.profiled * 1e3:.3f} ms, the mean). Whole run: median "
+             f"{profile.median_off * 1e3:.3f} ms with profiling off, {profile.median_on * 1e3:.3f} ms "
+             f"on ({profile.overhead:+.1%} for the counting), {profile.runs} runs each.")
+    return ('<div><h2>Time per node</h2><table><tr><th>Node</th><th>Op</th><th>Implementation</th>'
+            '<th>Runs on</th><th>ms per run</th><th>Share</th></tr>'
+            f'{"".join(rows)}</table><p>{_e(total)}</p></div>')
+
+
+def _toolbar(colours: dict[str, tuple[str, str]], with_plan: bool, profile: Any = None) -> str:
     legend = [f"<span>{_swatch(f, b)}{_e(rule)}</span>" for rule, (f, b) in colours.items()]
+    if profile is not None:
+        slowest = max((n.seconds for n in profile.nodes), default=0.0)
+        scale = "".join(_swatch(heat(k / 4), "#999") for k in range(5))
+        heat_legend = (f"<span>{scale}time per node, 0 to {slowest * 1e3:.3f} ms (fused graph; "
+                       "border: the rule)</span>")
+        legend = [heat_legend, *legend]
     legend.append(f"<span>{_swatch(*REMOVED, dashed=True)}removed by clean-up</span>")
     legend.append(f'<span>{_swatch("#fff", "#d00000")}not fused (near-miss)</span>')
     legend.append(f"<span>{_swatch(*STUB)}↑ a node read by many, named at each reader</span>")

@@ -207,6 +207,7 @@ JS = r"""
     if (f.rule) { var r = el("div"); r.appendChild(el("b", "Made by ")); r.appendChild(document.createTextNode(f.rule)); d.appendChild(r); }
     if (f.fate) d.appendChild(el("div", f.fate));
     if (f.runs) { var ru = el("div"); ru.appendChild(el("b", "Runs on ")); ru.appendChild(document.createTextNode(f.runs)); d.appendChild(ru); }
+    if (f.time) { var ti = el("div"); ti.appendChild(el("b", "Time ")); ti.appendChild(document.createTextNode(f.time)); d.appendChild(ti); }
     if (f.near_misses) {
       d.appendChild(el("h4", "Not fused", "af-warn"));
       var ul = el("ul"); f.near_misses.forEach(function (t) { ul.appendChild(el("li", t, "af-warn")); }); d.appendChild(ul);
@@ -227,7 +228,7 @@ JS = r"""
     var f = facts[id];
     if (f.stub_of) f = facts[f.stub_of];
     var out = (f.outputs || f.inputs || [])[0];
-    tip.textContent = f.name + "\n" + f.op + (out ? "  " + out[1] : "") + (f.rule ? "\n" + f.rule : "") +
+    tip.textContent = f.name + "\n" + f.op + (out ? "  " + out[1] : "") + (f.rule ? "\n" + f.rule : "") + (f.time ? "\n" + f.time : "") +
       (f.near_misses ? "\nnot fused: " + f.near_misses[0] : "");
     tip.style.display = "block"; placeTip(e);
   }

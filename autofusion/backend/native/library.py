@@ -31,6 +31,9 @@ class NativeLibrary:
         lib.af_free.restype, lib.af_free.argtypes = None, [_c]
         lib.af_error.restype = ctypes.c_char_p
         lib.af_arena_bytes.restype, lib.af_arena_bytes.argtypes = ctypes.c_size_t, [_c]
+        lib.af_profile.restype, lib.af_profile.argtypes = None, [_c, ctypes.c_int]
+        lib.af_step_times.restype = ctypes.c_int
+        lib.af_step_times.argtypes = [_c, ctypes.POINTER(ctypes.c_double), ctypes.c_int]
         self.path = path
 
     @classmethod
@@ -55,6 +58,7 @@ class NativePartition:
         self.handle = handle
         self.arena_bytes = lib.af_arena_bytes(handle)
         weakref.finalize(self, lib.af_free, handle)
+        self.steps = len(nodes)   # one per node, in the partition's order
         self.out_shapes = [tuple(v.shape) for v in bound.outputs]
         self.in_types = [(v.name, torch.Size(v.shape)) for v in bound.inputs]
         self.n_in, self.n_out = len(bound.inputs), len(bound.outputs)
@@ -84,3 +88,18 @@ class NativePartition:
                 raise NodeExecutionError(node.describe(), RuntimeError(message))
             raise RuntimeError(message)
         return tuple(outs)
+
+    def profile(self, on: bool) -> None:
+        """Turn step timing on (every count from zero) or off."""
+        with self._lock:
+            self.library.lib.af_profile(self.handle, int(on))
+
+    def step_seconds(self) -> list[float]:
+        """Per step (the partition's nodes in order), the seconds its primitives took in the runs
+        since profiling was turned on."""
+        out = (ctypes.c_double * max(self.steps, 1))()
+        with self._lock:
+            n = self.library.lib.af_step_times(self.handle, out, self.steps)
+        if n != self.steps:
+            raise RuntimeError(f"the native partition counted {n} steps, its plan has {self.steps}")
+        return [t * 1e-9 for t in out[:n]]

@@ -97,6 +97,10 @@ class Partition {
   void run(void* const* inputs, void* const* outputs);
   size_t arena_bytes() const;
   std::string current_node() const;
+  // profiling: on, every run adds each step's time (ns, its primitives and reorders) to its
+  // count, zeroed when profiling is turned on; off, run() costs one branch per primitive more
+  void profile(bool on);
+  const std::vector<double>& step_ns() const;
 
  private:
   struct Impl;
@@ -112,6 +116,9 @@ int af_run(Partition* p, void* const* inputs, void* const* outputs);
 void af_free(Partition* p);
 const char* af_error();
 size_t af_arena_bytes(Partition* p);
+void af_profile(Partition* p, int on);
+// copies up to n step counts (ns since profiling was turned on) to out; returns the step count
+int af_step_times(Partition* p, double* out, int n);
 }
 
 }  // namespace af

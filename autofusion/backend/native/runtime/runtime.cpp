@@ -7,12 +7,14 @@
 // constant weights once into the layout the primitive wants. finalize() then sizes every
 // intermediate, places them in one arena by their lifetimes (two values share bytes only if
 // their step ranges do not meet) and binds the primitives' arguments. run() binds the caller's
-// buffers and executes the primitives in order.
+// buffers and executes the primitives in order; with profiling on it also adds each primitive's
+// time to its step's count (af_profile, af_step_times).
 #include "native.h"
 
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -164,6 +166,7 @@ struct Exec {
   std::vector<Arg> args;
   std::unordered_map<int, memory> bound;
   std::string node;
+  int step = -1;                       // the graph node it belongs to (node() calls counted)
   KernelFn fn = nullptr;               // a generated kernel instead of a primitive
   std::vector<memory> fn_in, fn_out;   // its operands, bound by finalize()
 };
@@ -184,6 +187,8 @@ struct Partition::Impl {
   size_t arena_size = 0;
   memory scratch;
   size_t scratch_size = 0;
+  bool profiling = false;
+  std::vector<double> step_ns;   // per step, the nanoseconds its primitives took while profiling
 
   explicit Impl(const void* const* c) : constants(c) {}
 
@@ -244,7 +249,7 @@ struct Partition::Impl {
 
   void add(const dnnl::primitive_desc_base& pd, dnnl::primitive prim, std::vector<Arg> args) {
     scratch_size = std::max(scratch_size, pd.scratchpad_desc().get_size());
-    execs.push_back(Exec{std::move(prim), std::move(args), {}, node});
+    execs.push_back(Exec{std::move(prim), std::move(args), {}, node, step});
   }
 
   static Arg use(int key, int id) { return Arg{key, id}; }
@@ -412,21 +417,41 @@ struct Partition::Impl {
     std::vector<float*> out;
     for (auto& e : execs) {
       node = e.node;
-      if (e.fn) {
-        in.clear();
-        out.clear();
-        for (auto& m : e.fn_in) in.push_back(static_cast<const float*>(m.get_data_handle()));
-        for (auto& m : e.fn_out) out.push_back(static_cast<float*>(m.get_data_handle()));
-        e.fn(in.data(), out.data());
+      if (!profiling) {
+        execute(e, in, out);
         continue;
       }
-      try {
-        e.prim.execute(strm, e.bound);
-      } catch (const dnnl::error& err) {
-        fail(err.what());
-      }
+      // oneDNN's CPU stream runs a primitive before execute() returns and its wait() returns at
+      // once (cpu_stream.hpp); only a threadpool build runs asynchronously, and there the wait
+      // keeps one step's work from counting to the next
+      auto start = std::chrono::steady_clock::now();
+      execute(e, in, out);
+      strm.wait();
+      step_ns[e.step] +=
+          std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count();
     }
     strm.wait();
+  }
+
+  void execute(Exec& e, std::vector<const float*>& in, std::vector<float*>& out) {
+    if (e.fn) {
+      in.clear();
+      out.clear();
+      for (auto& m : e.fn_in) in.push_back(static_cast<const float*>(m.get_data_handle()));
+      for (auto& m : e.fn_out) out.push_back(static_cast<float*>(m.get_data_handle()));
+      e.fn(in.data(), out.data());
+      return;
+    }
+    try {
+      e.prim.execute(strm, e.bound);
+    } catch (const dnnl::error& err) {
+      fail(err.what());
+    }
+  }
+
+  void profile(bool on) {
+    profiling = on;
+    if (on) step_ns.assign(step + 1, 0.0);   // one count per node() call, from zero
   }
 };
 
@@ -753,7 +778,7 @@ void Partition::attention(int dst, int q, int k, int v, int mask, float scale) {
 
 void Partition::kernel(KernelFn fn, const std::vector<int>& dsts, const std::vector<int>& srcs) {
   Impl& m = *impl_;
-  Exec e{dnnl::primitive(), {}, {}, m.node, fn, {}, {}};
+  Exec e{dnnl::primitive(), {}, {}, m.node, m.step, fn, {}, {}};
   for (size_t i = 0; i < srcs.size(); ++i)
     e.args.push_back(Impl::use(DNNL_ARG_MULTIPLE_SRC + int(i),
                                m.ensure(srcs[i], plain(m.val(srcs[i]).shape))));
@@ -769,6 +794,8 @@ void Partition::kernel(KernelFn fn, const std::vector<int>& dsts, const std::vec
 void Partition::finalize() { impl_->finalize(); }
 void Partition::run(void* const* inputs, void* const* outputs) { impl_->run(inputs, outputs); }
 size_t Partition::arena_bytes() const { return impl_->arena_size; }
+void Partition::profile(bool on) { impl_->profile(on); }
+const std::vector<double>& Partition::step_ns() const { return impl_->step_ns; }
 std::string Partition::current_node() const { return impl_->node; }
 
 extern "C" {
@@ -802,6 +829,13 @@ int af_run(Partition* p, void* const* inputs, void* const* outputs) {
 void af_free(Partition* p) { delete p; }
 const char* af_error() { return last_error.c_str(); }
 size_t af_arena_bytes(Partition* p) { return p->arena_bytes(); }
+void af_profile(Partition* p, int on) { p->profile(on != 0); }
+
+int af_step_times(Partition* p, double* out, int n) {
+  const std::vector<double>& ns = p->step_ns();
+  std::copy_n(ns.begin(), std::min<size_t>(n, ns.size()), out);
+  return int(ns.size());
+}
 }
 
 }  // namespace af
