@@ -550,6 +550,12 @@ void Partition::binary(int dst, int a, int b, Bin op, const Acts& acts, bool in_
   const memory::desc md = m.md_of(a);
   int y = m.write_over(dst, a, in_place);
   memory::desc b_md = in_order_of(m.md_of(b), md);
+  if (b_md.get_dims() == md.get_dims() && b_md != md) {
+    // the same shape in another layout (or type): oneDNN has only its reference kernel for
+    // that, many times slower than one reorder of b into a's layout
+    b = m.ensure(b, md);
+    b_md = md;
+  }
   dnnl::binary::primitive_desc pd(m.eng, binary_alg(op), md, b_md, md, m.attr(acts));
   m.add(pd, dnnl::binary(pd), {Impl::use(DNNL_ARG_SRC_0, a), Impl::view(DNNL_ARG_SRC_1, b, b_md),
                                Impl::use(DNNL_ARG_DST, y)});
