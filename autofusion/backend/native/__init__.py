@@ -2,6 +2,7 @@
 
     impls.py    which ops run natively, their checks and C++ emitters (registered on import)
     kernels.py  automatic fusion regions → generated C++ loop nests
+    rows.py     generated row kernels (RMS normalization)
     emit.py     a plan's native partitions → one C++ source
     build.py    toolchain, flags, the on-disk cache of built libraries
     library.py  loading a library and calling its partitions
@@ -10,7 +11,7 @@
 from __future__ import annotations
 
 from ..lower import Plan
-from . import impls, kernels  # noqa: F401 - register the native implementations
+from . import impls, kernels, rows  # noqa: F401 - register the native implementations
 from .build import NativeBuildError, Toolchain, toolchain
 from .emit import emit_model
 from .library import NativeLibrary, NativePartition

@@ -339,10 +339,13 @@ def test_norm_matmul():
         **activation_attrs("Gelu")), (1, 5, 40))]))
 
 
-def test_norm_matmul_refuses_rms_norm():
-    g = graph({"x": (1, 5, 24)}, lambda op, x: [(op.NormMatMul(x, const(op, 24, 40), norm="RMSNorm",
-                                                               epsilon=1e-6), (1, 5, 40))])
-    assert "RMS" in refusal(g)
+@pytest.mark.parametrize("residual", [False, True])
+def test_rms_norm_matmul_normalizes_in_a_generated_kernel(residual):
+    inputs = {"x": (1, 5, 24)} | ({"r": (1, 5, 24)} if residual else {})
+    m = check_native(graph(inputs, lambda op, x, r=None: [(op.NormMatMul(
+        x, const(op, 24, 40), const(op, 40), r, norm="RMSNorm", epsilon=1e-6,
+        **activation_attrs("Gelu")), (1, 5, 40))]))
+    assert "RMS normalization of 5 row(s) of 24" in m.native_source
 
 
 ATTENTION = {"no mask": (None, 4), "constant causal mask": ("causal", 4), "mask input": ("input", 4),
@@ -457,3 +460,18 @@ def test_checks_refuse_with_their_reason(case):
     g = build()
     node = next(n for n in g.nodes if implementations(n.op, "native") and n.op_type != "Cast")
     assert reason in refusal(g, node.name)
+
+
+@pytest.mark.parametrize("shape, axis", [((2, 5, 24), -1), ((3, 4, 5), 1), ((64, 4096), -1)])
+def test_rms_norm_is_a_generated_row_kernel(shape, axis):
+    cols = math.prod(shape[axis % len(shape):])
+    scale = RNG.standard_normal(shape[axis % len(shape):]).astype(np.float32)
+    for with_scale in (True, False):
+        m = check_native(graph({"x": shape}, lambda op, x: [(op.RMSNorm(
+            x, *([op.constant(scale, "s")] if with_scale else []), axis=axis, epsilon=1e-6), shape)]))
+        assert f"RMS normalization of {math.prod(shape) // cols} row(s) of {cols}" in m.native_source
+
+
+def test_rms_norm_refuses_a_scale_that_broadcasts():
+    g = graph({"x": (2, 5, 24)}, lambda op, x: [(op.RMSNorm(x, const(op, 1), epsilon=1e-6), (2, 5, 24))])
+    assert "broadcasts" in refusal(g)

@@ -1,0 +1,97 @@
+"""Generated row kernels: RMS normalization, which oneDNN 3.2 lacks, as one C++ pass per row.
+
+    x [rows, cols] (the axes before `axis` are the rows)  →  y = (x + r) · scale / √(mean((x + r)²) + ε)
+
+Each row is read twice from cache: a vectorised sum of squares, then the scaled store. Rows go
+to OpenMP threads where the tensor is large enough to pay for waking them. As the RMSNorm node
+of LLaMA-style blocks, and as the normalizing half of NormMatMul (the rule folded the scale into
+the GEMM's weight), whose linear layer then runs on oneDNN.
+"""
+from __future__ import annotations
+
+import math
+
+from ...ir import Node
+from ...ir.builder import fused
+from ...ir.scalar import c_float
+from .emit import PartitionSource
+from .impls import _linear_weights, constant, dense, first, native, node_acts
+from .kernels import PARALLEL_ELEMENTS
+
+
+def rms_norm_source(fn: str, rows: int, cols: int, epsilon: float, scale: bool,
+                    residual: bool) -> str:
+    """`fn(in, out)`: in = x, then the residual and the scale where present."""
+    slot = {name: i for i, name in enumerate(["x"] + ["r"] * residual + ["w"] * scale)}
+    value = "(x[c] + r[c])" if residual else "x[c]"
+    parallel = "#pragma omp parallel for schedule(static)" if rows > 1 and rows * cols >= PARALLEL_ELEMENTS else ""
+    return "\n".join(filter(None, [
+        f"// RMS normalization of {rows} row(s) of {cols}",
+        f"static void {fn}(const float* const* in, float* const* out) {{",
+        f"  {parallel}" if parallel else None,
+        f"  for (int64_t i = 0; i < {rows}; ++i) {{",
+        f"    const float* x = in[{slot['x']}] + i * {cols};",
+        f"    const float* r = in[{slot['r']}] + i * {cols};" if residual else None,
+        f"    const float* w = in[{slot['w']}];" if scale else None,
+        f"    float* y = out[0] + i * {cols};",
+        "    float sum = 0.f;",
+        "    #pragma omp simd reduction(+ : sum)",
+        f"    for (int64_t c = 0; c < {cols}; ++c) sum += {value} * {value};",
+        f"    const float inv = 1.f / sqrtf(sum * {c_float(1 / cols)} + {c_float(epsilon)});",
+        "    #pragma omp simd",
+        f"    for (int64_t c = 0; c < {cols}; ++c) y[c] = {value} * inv" + (" * w[c];" if scale else ";"),
+        "  }",
+        "}"]))
+
+
+def _rows(node: Node, axis: int) -> tuple[int, int]:
+    shape = node.inputs[0].shape
+    return math.prod(shape[:axis]), math.prod(shape[axis:])
+
+
+def check_rms_norm(node: Node) -> str | None:
+    why = first(dense(node, (0,)), constant(node, 1, "scale"))
+    if why:
+        return why
+    scale = node.input(1)
+    cols = _rows(node, node.attr("axis", -1) % node.inputs[0].rank)[1]
+    return None if scale is None or scale.const.size == cols else \
+        "the scale broadcasts over the normalized axes"
+
+
+@native(fused("RMSNorm"), check=check_rms_norm, plain="all", name="generated")
+def emit_rms_norm(node: Node, p: PartitionSource) -> str:
+    """A generated pass per row (rows.py)."""
+    axis = node.attr("axis", -1) % node.inputs[0].rank
+    rows, cols = _rows(node, axis)
+    scale = node.input(1)
+    fn = p.define(lambda name: rms_norm_source(name, rows, cols, node.attr("epsilon", 1e-6),
+                                               scale is not None, False))
+    ins = [p.ref(node.inputs[0])] + ([p.const(scale.const.reshape(-1), scale.name)] if scale is not None else [])
+    return p.call("kernel", fn, "{" + str(p.out(node)) + "}", "{" + ", ".join(map(str, ins)) + "}")
+
+
+def check_rms_norm_matmul(node: Node) -> str | None:
+    if node.attr("norm") != "RMSNorm":
+        return "a LayerNorm: oneDNN's layer normalization runs it"
+    return first(dense(node), None if _linear_weights(node) is not None else "not a linear layer",
+                 None if node.input(3) is None or node.input(3).shape == node.inputs[0].shape else
+                 "the residual broadcasts")
+
+
+@native(fused("NormMatMul"), check=check_rms_norm_matmul, plain=(0, 3), name="generated",
+        reduced=True)
+def emit_rms_norm_matmul(node: Node, p: PartitionSource) -> str:
+    """RMS normalization of (x + residual) into a dense temporary (a generated pass per row),
+    then oneDNN's linear layer on the weight the rule folded the scale into."""
+    x, residual = node.inputs[0], node.input(3)
+    rows, cols = _rows(node, x.rank - 1)
+    w, bias = _linear_weights(node)
+    normed = p.temp(list(x.shape), plain=True)
+    fn = p.define(lambda name: rms_norm_source(name, rows, cols, node.attr("epsilon", 1e-6), False,
+                                               residual is not None))
+    ins = [p.ref(x)] + ([p.ref(residual)] if residual is not None else [])
+    return "\n".join([
+        p.call("kernel", fn, "{" + str(normed) + "}", "{" + ", ".join(map(str, ins)) + "}"),
+        p.call("linear", p.out(node), normed, p.const(w, node.inputs[1].name),
+               -1 if bias is None else p.const(bias, f"{node.name}_bias"), p.acts(node_acts(node)))])
