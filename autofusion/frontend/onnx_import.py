@@ -273,9 +273,9 @@ def import_onnx(source: str | os.PathLike | onnx.ModelProto, strict: bool = Fals
             while inputs and inputs[-1] is None:
                 inputs.pop()
             outs = []
-            for o in n.output:
-                if not o:  # an omitted optional output
-                    o = graph.fresh_name(f"{name}_unused")
+            for k, o in enumerate(n.output):
+                if not o:  # an omitted optional output (its index: two omitted need two names)
+                    o = graph.fresh_name(f"{name}_unused{k}")
                 values[o] = Value(o, *types.get(o, (None, None)))
                 outs.append(values[o])
             if n.domain == FUSED_DOMAIN and n.op_type == "Region" and "body" not in attrs:

@@ -20,6 +20,11 @@ from .shapes import (_arg_reduce, _bool_unary, _broadcast, _cast, _compare, _con
                      _range, _reduce, _reshape, _resize, _same_as_input, _shape_op,
                      _space_to_depth, _split, _slice, _squeeze, _tile, _topk, _transpose,
                      _unsqueeze, _where)
+from .shapes import (_affine_grid, _attention, _bitcast, _causal_conv_with_state, _center_crop_pad,
+                     _col2im, _deform_conv, _dequantize_linear, _det, _dft,
+                     _dynamic_quantize_linear, _grid_sample, _integer_product, _linear_attention,
+                     _max_unpool, _mel_weight_matrix, _non_max_suppression, _quantize_linear,
+                     _recurrent, _roi_align, _stft, _tfidf_vectorizer, _window)
 
 
 class OpClass(enum.IntEnum):
@@ -140,3 +145,53 @@ register(OpDef("NegativeLogLikelihoodLoss", R))
 register(OpDef("SoftmaxCrossEntropyLoss", R))
 
 del _name, _comm, _rule
+
+# recurrent layers: the whole time loop is one opaque op
+for _op in ["LSTM", "GRU", "RNN"]:
+    register(OpDef(_op, O, _recurrent))
+
+# the transformer ops of opsets 23-27
+register(OpDef("Attention", C, _attention))
+register(OpDef("RMSNormalization", R, _same_as_input))
+register(OpDef("RotaryEmbedding", I, _same_as_input))
+register(OpDef("LinearAttention", O, _linear_attention))
+register(OpDef("CausalConvWithState", O, _causal_conv_with_state))
+
+# linear quantization and the integer ops
+register(OpDef("QuantizeLinear", B, _quantize_linear))
+register(OpDef("DequantizeLinear", B, _dequantize_linear))
+register(OpDef("DynamicQuantizeLinear", O, _dynamic_quantize_linear))
+register(OpDef("MatMulInteger", C, _integer_product(0, 1, None)))
+register(OpDef("ConvInteger", C, _integer_product(0, 1, None, conv=True)))
+register(OpDef("QLinearMatMul", C, _integer_product(0, 3, 7)))
+register(OpDef("QLinearConv", C, _integer_product(0, 3, 7, conv=True)))
+
+# numeric ops of the newer opsets
+for _op in ["Swish", "SwiGLU"]:
+    register(OpDef(_op, E, _same_as_input))
+register(OpDef("CumProd", R, _same_as_input))
+register(OpDef("Det", R, _det))
+register(OpDef("BitCast", E, _bitcast))
+
+# placing values by index
+for _op, _rule in [("Scatter", _same_as_input), ("TensorScatter", _same_as_input),
+                   ("CenterCropPad", _center_crop_pad), ("MaxUnpool", _max_unpool)]:
+    register(OpDef(_op, I, _rule))
+
+# signal processing
+for _op in ["HannWindow", "HammingWindow", "BlackmanWindow"]:
+    register(OpDef(_op, O, _window))
+for _op, _rule in [("MelWeightMatrix", _mel_weight_matrix), ("DFT", _dft), ("STFT", _stft)]:
+    register(OpDef(_op, O, _rule))
+
+# text features
+register(OpDef("TfIdfVectorizer", O, _tfidf_vectorizer))
+
+# vision
+register(OpDef("LRN", R, _same_as_input))
+for _op, _rule in [("GridSample", _grid_sample), ("AffineGrid", _affine_grid), ("Col2Im", _col2im)]:
+    register(OpDef(_op, I, _rule))
+for _op, _rule in [("RoiAlign", _roi_align), ("DeformConv", _deform_conv),
+                   ("NonMaxSuppression", _non_max_suppression)]:
+    register(OpDef(_op, O, _rule))
+del _op, _rule

@@ -666,3 +666,236 @@ def _eye_like(node: Node):
 def _non_zero(node: Node):
     x = node.inputs[0]
     return [((len(x.shape), None) if x.shape is not None else (None, None), DType.INT64)]
+
+
+def _recurrent(node: Node):
+    """LSTM/GRU/RNN: Y [seq, dirs, batch, hidden] ([batch, seq, dirs, hidden] with layout 1);
+    Y_h and LSTM's Y_c [dirs, batch, hidden] ([batch, dirs, hidden])."""
+    x, r = node.inputs[0], node.inputs[2]
+    dirs = 2 if node.attr("direction", "forward") == "bidirectional" else 1
+    hidden = node.attr("hidden_size") or (r.shape[-1] if r.shape is not None else None)
+    if x.shape is None or len(x.shape) != 3:
+        return [(None, x.dtype)] * len(node.outputs)
+    batch_first = node.attr("layout", 0) == 1
+    seq, batch = (x.shape[1], x.shape[0]) if batch_first else (x.shape[0], x.shape[1])
+    y = (batch, seq, dirs, hidden) if batch_first else (seq, dirs, batch, hidden)
+    state = (batch, dirs, hidden) if batch_first else (dirs, batch, hidden)
+    return [(y, x.dtype)] + [(state, x.dtype)] * (len(node.outputs) - 1)
+
+
+def _dim_sum(a: Dim, b: Dim) -> Dim:
+    if isinstance(a, int) and isinstance(b, int):
+        return a + b
+    return b if a == 0 else (a if b == 0 else None)
+
+
+def _attention(node: Node):
+    """Attention: Y [batch, q_heads, q_seq, v_head] ([batch, q_seq, q_heads·v_head] for 3-D
+    inputs), present key/value [batch, kv_heads, past + kv_seq, head], the scores
+    [batch, q_heads, q_seq, past + kv_seq]."""
+    q, k, v = node.inputs[:3]
+    past = node.input(4)
+    n, dtype = len(node.outputs), q.dtype
+    if q.shape is None or k.shape is None or v.shape is None:
+        return [(None, dtype)] * n
+    if len(q.shape) == 3:
+        hq, hkv = node.attr("q_num_heads"), node.attr("kv_num_heads")
+        b, sq, sk = q.shape[0], q.shape[1], k.shape[1]
+        dk, dv = _dim_div(k.shape[2], hkv), _dim_div(v.shape[2], hkv)
+        y = (b, sq, _dim_mul(dv, hq))
+    else:
+        (b, hq, sq, _), (_, hkv, sk, dk), dv = q.shape, k.shape, v.shape[3]
+        y = (b, hq, sq, dv)
+    total = sk if past is None else (_dim_sum(past.shape[2], sk) if past.shape is not None else None)
+    outs = [y, (b, hkv, total, dk), (b, hkv, total, dv), (b, hq, sq, total)]
+    return [(s, dtype) for s in outs[:n]]
+
+
+def _quantize_linear(node: Node):
+    """x's shape, in the zero point's type, else output_dtype, else uint8."""
+    zp = node.input(2)
+    dtype = zp.dtype if zp is not None else DType(node.attr("output_dtype") or DType.UINT8)
+    return [(node.inputs[0].shape, dtype)]
+
+
+def _dequantize_linear(node: Node):
+    """x's shape, in output_dtype, else the scale's type."""
+    out = node.attr("output_dtype")
+    return [(node.inputs[0].shape, DType(out) if out else node.inputs[1].dtype)]
+
+
+def _dynamic_quantize_linear(node: Node):
+    return [(node.inputs[0].shape, DType.UINT8), ((), DType.FLOAT), ((), DType.UINT8)]
+
+
+def _integer_product(a: int, b: int, zp: int | None, conv: bool = False):
+    """MatMulInteger/ConvInteger (int32) and QLinearMatMul/QLinearConv (in y's zero point's
+    type, else a's): the shape of the product of inputs a and b."""
+    def rule(node: Node):
+        x, w = node.inputs[a], node.inputs[b]
+        y_zp = node.input(zp) if zp is not None else None
+        dtype = DType.INT32 if zp is None else (y_zp.dtype if y_zp is not None else x.dtype)
+        if not conv:
+            return [(matmul_shape(x.shape, w.shape), dtype)]
+        kernel = node.attr("kernel_shape") or (list(w.shape[2:]) if w.shape is not None else None)
+        if x.shape is None or kernel is None or not all(isinstance(k, int) for k in kernel):
+            return [(None, dtype)]
+        spatial = _spatial(node, x.shape[2:], kernel)
+        m = w.shape[0] if w.shape is not None else None
+        return [(None if spatial is None else (x.shape[0], m, *spatial), dtype)]
+    return rule
+
+
+def _det(node: Node):
+    x = node.inputs[0]
+    return [(None if x.shape is None else x.shape[:-2], x.dtype)]
+
+
+def _bitcast(node: Node):
+    return [(node.inputs[0].shape, DType(node.attrs["to"]))]
+
+
+def _center_crop_pad(node: Node):
+    """The input with each of `axes` (all by default) at its size in the shape input."""
+    x, sizes = node.inputs[0], _const_ints(node.inputs[1])
+    if x.shape is None:
+        return [(None, x.dtype)]
+    axes = [_axis(a, len(x.shape)) for a in node.attr("axes") or range(len(x.shape))]
+    out = list(x.shape)
+    for a, n in zip(axes, sizes or [None] * len(axes)):
+        out[a] = n
+    return [(tuple(out), x.dtype)]
+
+
+def _max_unpool(node: Node):
+    """output_shape when it is a constant, else (n - 1)·stride - pads + kernel per spatial axis."""
+    x, out = node.inputs[0], node.input(2)
+    if out is not None:
+        dims = _const_ints(out)
+        return [(tuple(dims) if dims is not None else None, x.dtype)]
+    if x.shape is None:
+        return [(None, x.dtype)]
+    k = node.attrs["kernel_shape"]
+    nd = len(k)
+    s, p = node.attr("strides") or [1] * nd, node.attr("pads") or [0] * (2 * nd)
+    spatial = [(n - 1) * s[i] - p[i] - p[nd + i] + k[i] if isinstance(n, int) else None
+               for i, n in enumerate(x.shape[2:])]
+    return [((*x.shape[:2], *spatial), x.dtype)]
+
+
+def _window(node: Node):
+    """[size] in output_datatype (float by default)."""
+    n = _const_ints(node.inputs[0])
+    return [((n[0] if n else None,), DType(node.attr("output_datatype", 1)))]
+
+
+def _mel_weight_matrix(node: Node):
+    bins, n_fft = _const_ints(node.inputs[0]), _const_ints(node.inputs[1])
+    return [((n_fft[0] // 2 + 1 if n_fft else None, bins[0] if bins else None),
+             DType(node.attr("output_datatype", 1)))]
+
+
+def _dft(node: Node):
+    """The input with the transformed axis dft_length long (n/2 + 1 onesided) and a last axis
+    of 2, or 1 for the inverse of a onesided transform."""
+    x = node.inputs[0]
+    if x.shape is None:
+        return [(None, x.dtype)]
+    rank = len(x.shape)
+    if opset_of(node) < 20:
+        axis: int | None = node.attr("axis", 1)
+    else:
+        given = _const_ints(node.input(2)) if node.input(2) is not None else [-2]
+        axis = given[0] if given else None
+    if axis is None:
+        return [((None,) * rank, x.dtype)]
+    a = _axis(axis, rank)
+    inverse, onesided = node.attr("inverse", 0), node.attr("onesided", 0)
+    length = _const_ints(node.input(1)) if node.input(1) is not None else None
+    d = x.shape[a]
+    n = length[0] if length else (None if node.input(1) is not None else
+                                  (_dim_mul(_dim_add(d, -1), 2) if inverse and onesided else d))
+    if onesided and not inverse:
+        n = n // 2 + 1 if isinstance(n, int) else None
+    out = list(x.shape)
+    out[a], out[-1] = n, 1 if inverse and onesided else 2
+    return [(tuple(out), x.dtype)]
+
+
+def _stft(node: Node):
+    """[batch, frames, bins, 2]."""
+    x = node.inputs[0]
+    batch = x.shape[0] if x.shape is not None else None
+    return [((batch, None, None, 2), x.dtype)]
+
+
+def _grid_sample(node: Node):
+    """[N, C, grid's spatial dims]."""
+    x, grid = node.inputs[0], node.inputs[1]
+    if x.shape is None or grid.shape is None:
+        return [(None, x.dtype)]
+    return [((grid.shape[0], x.shape[1], *grid.shape[1:-1]), x.dtype)]
+
+
+def _affine_grid(node: Node):
+    """[N, spatial dims of `size`..., spatial rank]."""
+    theta, size = node.inputs[0], _const_ints(node.inputs[1])
+    if size is None:
+        return [(None, theta.dtype)]
+    return [((size[0], *size[2:], len(size) - 2), theta.dtype)]
+
+
+def _roi_align(node: Node):
+    x, rois = node.inputs[0], node.inputs[1]
+    n = rois.shape[0] if rois.shape is not None else None
+    c = x.shape[1] if x.shape is not None else None
+    return [((n, c, node.attr("output_height", 1), node.attr("output_width", 1)), x.dtype)]
+
+
+def _col2im(node: Node):
+    """[N, C / prod(block), image...]."""
+    x, image, block = node.inputs[0], _const_ints(node.inputs[1]), _const_ints(node.inputs[2])
+    if x.shape is None or image is None or block is None:
+        return [(None, x.dtype)]
+    return [((x.shape[0], _dim_div(x.shape[1], math.prod(block)), *image), x.dtype)]
+
+
+def _deform_conv(node: Node):
+    """[N, W.shape[0], offset's spatial dims]."""
+    x, w, offset = node.inputs[:3]
+    if x.shape is None or w.shape is None or offset.shape is None:
+        return [(None, x.dtype)]
+    return [((x.shape[0], w.shape[0], *offset.shape[2:]), x.dtype)]
+
+
+def _linear_attention(node: Node):
+    """output [batch, seq, q_heads·d_v]; present_state [batch, kv_heads, d_k, d_v] in past_state's
+    type (query's without it)."""
+    q, k, v = node.inputs[:3]
+    past, hq, hkv = node.input(3), node.attr("q_num_heads"), node.attr("kv_num_heads")
+    if q.shape is None or k.shape is None or v.shape is None:
+        return [(None, q.dtype), (None, past.dtype if past is not None else q.dtype)]
+    dk, dv = _dim_div(k.shape[2], hkv), _dim_div(v.shape[2], hkv)
+    return [((q.shape[0], q.shape[1], _dim_mul(dv, hq)), q.dtype),
+            ((q.shape[0], hkv, dk, dv), past.dtype if past is not None else q.dtype)]
+
+
+def _causal_conv_with_state(node: Node):
+    """output like the input; present_state [batch, channels, k - 1]."""
+    x, w = node.inputs[0], node.inputs[1]
+    k = w.shape[2] if w.shape is not None and isinstance(w.shape[2], int) else None
+    state = None if x.shape is None else (*x.shape[:2], k - 1 if k is not None else None)
+    return [(x.shape, x.dtype), (state, x.dtype)]
+
+
+def _tfidf_vectorizer(node: Node):
+    """[B, max(ngram_indexes) + 1] float for input [B, C]; [max + 1] for input [C]."""
+    x, width = node.inputs[0], max(node.attrs["ngram_indexes"]) + 1
+    if x.shape is None:
+        return [(None, DType.FLOAT)]
+    return [((x.shape[0], width) if len(x.shape) == 2 else (width,), DType.FLOAT)]
+
+
+def _non_max_suppression(node: Node):
+    """[selected, 3] int64: how many boxes are selected is known only at run time."""
+    return [((None, 3), DType.INT64)]

@@ -7,6 +7,8 @@ the node is decided in the builder, never per call. One module per op family reg
 the one table, KERNELS.
 """
 from . import fused, loss, math, nn, region, tensor  # noqa: F401 - each registers its kernels
+from . import attention, indexing, numeric, quantized, recurrent  # noqa: F401 - newer opsets' ops
+from . import signal, state_space, text, vision  # noqa: F401 - newer opsets' ops
 from . import torch_call  # noqa: F401,E402 - the kernel of TorchCall (unmapped PyTorch ops)
 from .common import KERNELS, TORCH_DTYPES, Kernel, KernelBuilder, kernel, to_torch, torch_dtype
 

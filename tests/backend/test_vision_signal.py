@@ -1,0 +1,142 @@
+"""Vision, signal and text kernels against ONNX Runtime on cases the node suite leaves out: even
+LRN windows, every GridSample mode and padding, RoiAlign's modes and coordinate conventions,
+NMS on random boxes, DFT lengths and STFT windows, Col2Im with pads and strides, TfIdfVectorizer
+with skips."""
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import autofusion
+
+RNG = np.random.default_rng(0)
+ELEM = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int64): TensorProto.INT64}
+
+
+def one_node(op: str, feeds: dict, consts: dict, opset: int, out=TensorProto.FLOAT, **attrs):
+    """feeds are graph inputs, consts initializers, in input order (feeds first); "" omits one."""
+    names = list(feeds) + list(consts)
+    graph = helper.make_graph(
+        [helper.make_node(op, names, ["y"], **attrs)], op,
+        [helper.make_tensor_value_info(n, ELEM[v.dtype], v.shape) for n, v in feeds.items()],
+        [helper.make_tensor_value_info("y", out, None)],
+        [numpy_helper.from_array(v, n) for n, v in consts.items() if n])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def check(model, feeds, rtol=1e-5, atol=1e-5):
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    compiled = autofusion.compile(model, level=0)
+    outs = compiled.run(feeds)
+    for got, w in zip([outs[n] for n in compiled.output_names], want, strict=True):
+        np.testing.assert_allclose(got, w, rtol=rtol, atol=atol)
+
+
+def floats(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def lrn_by_the_spec(x, size, alpha, beta, bias):
+    """LRN as the spec writes it, channel by channel (ONNX's reference loops over the batch)."""
+    y, c = np.empty_like(x), x.shape[1]
+    for ch in range(c):
+        window = x[:, max(0, ch - (size - 1) // 2):min(c, ch + size // 2 + 1)]
+        y[:, ch] = x[:, ch] / (bias + alpha / size * (window ** 2).sum(1)) ** beta
+    return y
+
+
+@pytest.mark.parametrize("size", [2, 3, 4, 5])
+def test_lrn_windows(size):
+    """An even window has one more channel after c than before (ONNX Runtime refuses it)."""
+    x = floats(2, 7, 4, 5)
+    model = one_node("LRN", {"x": x}, {}, 13, size=size, alpha=0.3, beta=0.6, bias=2.0)
+    y = autofusion.compile(model, level=0)(x)
+    np.testing.assert_allclose(y, lrn_by_the_spec(x, size, 0.3, 0.6, 2.0), rtol=1e-5, atol=1e-6)
+    if size % 2:
+        check(model, {"x": x})
+
+
+@pytest.mark.parametrize("mode", ["linear", "nearest", "cubic"])
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("corners", [0, 1])
+def test_grid_sample(mode, padding, corners):
+    x, grid = floats(2, 3, 6, 7), RNG.uniform(-1.3, 1.3, (2, 4, 5, 2)).astype(np.float32)
+    model = one_node("GridSample", {"x": x, "grid": grid}, {}, 20, mode=mode, padding_mode=padding,
+                     align_corners=corners)
+    check(model, {"x": x, "grid": grid}, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("mode", ["avg", "max"])
+@pytest.mark.parametrize("transform", ["half_pixel", "output_half_pixel"])
+@pytest.mark.parametrize("ratio", [0, 2])
+def test_roi_align(mode, transform, ratio):
+    x = floats(2, 3, 10, 12)
+    rois = np.array([[0, 0, 9, 9], [1.5, 2.2, 7.1, 6.3], [4, 4, 4.5, 4.2], [-2, -1, 20, 15]], np.float32)
+    batch = np.array([0, 1, 1, 0], np.int64)
+    model = one_node("RoiAlign", {"x": x}, {"rois": rois, "batch": batch}, 16, mode=mode,
+                     coordinate_transformation_mode=transform, sampling_ratio=ratio,
+                     output_height=3, output_width=4, spatial_scale=0.9)
+    check(model, {"x": x}, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("center_point", [0, 1])
+@pytest.mark.parametrize("iou, score", [(0.5, None), (0.3, 0.2), (0.0, 0.5)])
+def test_non_max_suppression(center_point, iou, score):
+    corner = RNG.uniform(0, 10, (2, 40, 2))
+    size = RNG.uniform(0.5, 4, (2, 40, 2))
+    boxes = np.concatenate([corner, corner + size] if not center_point else [corner, size], -1)
+    boxes, scores = boxes.astype(np.float32), RNG.random((2, 3, 40)).astype(np.float32)
+    consts = {"k": np.array([7], np.int64), "iou": np.array([iou], np.float32)}
+    if score is not None:
+        consts["score"] = np.array([score], np.float32)
+    model = one_node("NonMaxSuppression", {"boxes": boxes, "scores": scores}, consts, 11,
+                     out=TensorProto.INT64, center_point_box=center_point)
+    check(model, {"boxes": boxes, "scores": scores})
+
+
+@pytest.mark.parametrize("attrs, length", [({}, None), ({"onesided": 1}, None), ({"inverse": 1}, None),
+                                           ({}, 12), ({"onesided": 1}, 6), ({"inverse": 1}, 10)])
+@pytest.mark.parametrize("complex_input", [False, True])
+def test_dft(attrs, length, complex_input):
+    if complex_input and attrs.get("onesided"):
+        pytest.skip("a onesided transform takes a real signal")
+    x = floats(2, 8, 3, 2 if complex_input else 1)
+    consts = {"length": np.array(length, np.int64)} if length else {"": None}
+    consts["axis"] = np.array(1, np.int64)
+    model = one_node("DFT", {"x": x}, consts, 20, **attrs)
+    check(model, {"x": x}, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("onesided", [0, 1])
+def test_stft_with_a_window(onesided):
+    x = floats(2, 64, 1)
+    consts = {"step": np.array(6, np.int64), "window": np.hanning(16).astype(np.float32)}
+    check(one_node("STFT", {"x": x}, consts, 17, onesided=onesided), {"x": x}, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("attrs", [{}, {"strides": [2, 1]}, {"pads": [1, 0, 1, 2], "dilations": [1, 2]}])
+def test_col2im(attrs):
+    image, block = [6, 7], [2, 3]
+    nd = 2
+    s, d = attrs.get("strides", [1] * nd), attrs.get("dilations", [1] * nd)
+    p = attrs.get("pads", [0] * 4)
+    blocks = [(n + p[i] + p[i + nd] - (dd * (k - 1) + 1)) // ss + 1
+              for i, (n, k, ss, dd) in enumerate(zip(image, block, s, d))]
+    x = floats(2, 3 * 6, blocks[0] * blocks[1])
+    consts = {"image": np.array(image, np.int64), "block": np.array(block, np.int64)}
+    check(one_node("Col2Im", {"x": x}, consts, 18, **attrs), {"x": x})
+
+
+@pytest.mark.parametrize("mode", ["TF", "IDF", "TFIDF"])
+@pytest.mark.parametrize("grams, skip", [((1, 1), 0), ((1, 3), 0), ((2, 3), 2), ((1, 2), 3)])
+def test_tfidf_vectorizer(mode, grams, skip):
+    """N-gram counts of token ids; 1-grams [0..5], 2-grams and 3-grams of the pool."""
+    tokens = RNG.integers(0, 6, (3, 20)).astype(np.int64)
+    pool = [0, 1, 2, 3, 4, 5, 0, 1, 2, 2, 3, 3, 5, 4, 1, 2, 3, 0, 0, 0]   # 6 unigrams, 4 bigrams, 2 trigrams
+    attrs = {"mode": mode, "min_gram_length": grams[0], "max_gram_length": grams[1], "max_skip_count": skip,
+             "ngram_counts": [0, 6, 14], "ngram_indexes": list(range(12))[::-1], "pool_int64s": pool}
+    if mode != "TF":
+        attrs["weights"] = RNG.uniform(0.5, 2, 12).astype(np.float32).tolist()
+    check(one_node("TfIdfVectorizer", {"x": tokens}, {}, 9, **attrs), {"x": tokens})
