@@ -1,6 +1,6 @@
 """Ops autofusion has no kernel for run on ONNX Runtime (OnnxRuntimeCall), one session per
 connected group; strict=True refuses them. Every result is checked against ONNX Runtime running
-the whole model. The ops used are ones autofusion will not grow a kernel for: TfIdfVectorizer,
+the whole model. The ops used are ones autofusion will not grow a kernel for: ai.onnx.ml's,
 com.microsoft's contrib ops and a model-local function (my.ops::Swish, x·sigmoid(x))."""
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from autofusion.ir.onnx_runtime_call import ORT_KEY
 
 F = TensorProto.FLOAT
 OPSET = [helper.make_opsetid("", 18), helper.make_opsetid("com.microsoft", 1),
+         helper.make_opsetid("ai.onnx.ml", 3),
          helper.make_opsetid("my.ops", 1)]
 SWISH = helper.make_function("my.ops", "Swish", ["x"], ["y"],
                              [helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("Mul", ["x", "s"], ["y"])],
@@ -52,40 +53,38 @@ def _calls(graph):
     return [n for n in graph.nodes if n.op == ORT_KEY]
 
 
-def tfidf_model():
-    """Token ids -> TfIdfVectorizer (no kernel here) -> scale and Relu (ours)."""
-    assert lookup("", "TfIdfVectorizer") is None, "TfIdfVectorizer has a kernel now: these tests need an op without one"
+def ml_model():
+    """Features -> ai.onnx.ml Binarizer (no kernel here) -> scale and Relu (ours)."""
+    assert lookup("ai.onnx.ml", "Binarizer") is None, "Binarizer has a kernel now: these tests need an op without one"
     scale = numpy_helper.from_array(np.arange(1, 8, dtype=np.float32), "scale")
-    nodes = [helper.make_node("TfIdfVectorizer", ["x"], ["t"], name="tfidf", mode="TF",
-                              min_gram_length=2, max_gram_length=2, max_skip_count=0,
-                              ngram_counts=[0, 4], ngram_indexes=[0, 1, 2, 3, 4, 5, 6],
-                              pool_int64s=[2, 3, 5, 4, 5, 6, 7, 8, 6, 7]),
+    nodes = [helper.make_node("Binarizer", ["x"], ["t"], name="binarizer", domain="ai.onnx.ml",
+                              threshold=0.25),
              helper.make_node("Mul", ["t", "scale"], ["s"], name="mul"),
              helper.make_node("Relu", ["s"], ["y"], name="relu")]
-    return _model(nodes, [("x", TensorProto.INT64, [2, 6])], ["y"], [scale])
+    return _model(nodes, [("x", F, [2, 7])], ["y"], [scale])
 
 
-TOKENS = {"x": np.array([[1, 1, 3, 3, 3, 7], [8, 6, 7, 5, 6, 8]], np.int64)}
+FEATURES = {"x": np.random.default_rng(0).standard_normal((2, 7)).astype(np.float32)}
 
 
 @pytest.mark.parametrize("backend", ["auto", "torch"])
 def test_an_op_without_a_kernel_runs_on_onnx_runtime_and_the_report_names_it(backend):
-    m = _check(tfidf_model(), TOKENS, backend=backend)
-    assert [n.attr("ops") for n in _calls(m.graph)] == [["TfIdfVectorizer"]]
-    assert "Runs on ONNX Runtime: TfIdfVectorizer ×1" in m.report.text()
-    assert m.report.to_json()["onnx_runtime"] == {"TfIdfVectorizer": 1}
+    m = _check(ml_model(), FEATURES, backend=backend)
+    assert [n.attr("ops") for n in _calls(m.graph)] == [["ai.onnx.ml::Binarizer"]]
+    assert "Runs on ONNX Runtime: ai.onnx.ml::Binarizer ×1" in m.report.text()
+    assert m.report.to_json()["onnx_runtime"] == {"ai.onnx.ml::Binarizer": 1}
     assert "via onnxruntime" in str(m.plan)
 
 
 def test_the_torch_backend_from_the_environment_runs_it_too(monkeypatch):
     monkeypatch.setenv("AUTOFUSION_BACKEND", "torch")
-    m = _check(tfidf_model(), TOKENS)
+    m = _check(ml_model(), FEATURES)
     assert m.plan.backend == "torch"
 
 
 def test_strict_refuses_it_naming_the_node():
-    with pytest.raises(UnsupportedOpError, match=r"TfIdfVectorizer \(1x\): 'tfidf'"):
-        autofusion.compile(tfidf_model(), strict=True)
+    with pytest.raises(UnsupportedOpError, match=r"ai.onnx.ml::Binarizer \(1x\): 'binarizer'"):
+        autofusion.compile(ml_model(), strict=True)
 
 
 def test_connected_unsupported_nodes_are_one_session_and_outputs_without_shapes_still_run():
@@ -199,22 +198,22 @@ def test_a_sequence_crossing_into_the_rest_of_the_graph_is_refused_naming_the_no
 
 
 def test_the_fused_model_exports_with_the_original_nodes_and_onnx_runtime_runs_it():
-    m = autofusion.compile(tfidf_model())
+    m = autofusion.compile(ml_model())
     exported = autofusion.export_onnx(m.graph)
-    assert "TfIdfVectorizer" in [n.op_type for n in exported.graph.node]
-    np.testing.assert_allclose(_ort(exported, TOKENS)[0], _ort(tfidf_model(), TOKENS)[0])
-    assert [n.attr("ops") for n in _calls(import_onnx(exported))] == [["TfIdfVectorizer"]]
+    assert "Binarizer" in [n.op_type for n in exported.graph.node]
+    np.testing.assert_allclose(_ort(exported, FEATURES)[0], _ort(ml_model(), FEATURES)[0])
+    assert [n.attr("ops") for n in _calls(import_onnx(exported))] == [["ai.onnx.ml::Binarizer"]]
 
 
 def test_the_command_line_runs_it_and_strict_refuses_it(tmp_path, capsys):
-    path = tmp_path / "tfidf.onnx"
-    onnx.save(tfidf_model(), path)
+    path = tmp_path / "binarizer.onnx"
+    onnx.save(ml_model(), path)
     assert main(["compile", str(path)]) == 0
-    assert "Runs on ONNX Runtime: TfIdfVectorizer ×1" in capsys.readouterr().out
+    assert "Runs on ONNX Runtime: ai.onnx.ml::Binarizer ×1" in capsys.readouterr().out
     assert main(["run", str(path), "--compare-ort"]) == 0
     assert "y: max abs diff 0," in capsys.readouterr().out
     assert main(["run", str(path), "--strict"]) == 2
-    assert "TfIdfVectorizer (1x): 'tfidf'" in capsys.readouterr().err
+    assert "ai.onnx.ml::Binarizer (1x): 'binarizer'" in capsys.readouterr().err
     assert main(["info", str(path)]) == 0
-    assert "runs on ONNX Runtime (no kernel here; --strict refuses these):\n  TfIdfVectorizer: tfidf" in \
+    assert "runs on ONNX Runtime (no kernel here; --strict refuses these):\n  ai.onnx.ml::Binarizer: binarizer" in \
         capsys.readouterr().out
