@@ -243,8 +243,8 @@ class Inductor(TorchEager):
 
 def all_systems() -> list[System]:
     """Fresh instances of every system, in table-column order: ours first, then the peers."""
-    return [Autofusion(0), Autofusion(1), Autofusion(2), Autofusion(2, backend="torch"),
-            Autofusion(2, precision="bf16"),
+    return [Autofusion(0), Autofusion(1), Autofusion(2), Autofusion(2, regions=False),
+            Autofusion(2, backend="torch"), Autofusion(2, precision="bf16"),
             OnnxRuntime("ORT_DISABLE_ALL"), OnnxRuntime("ORT_ENABLE_ALL"),
             OpenVino("fp32"), OpenVino("bf16"),
             TorchEager(), Inductor(freezing=False), Inductor(freezing=True)]
