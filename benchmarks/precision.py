@@ -76,7 +76,7 @@ def measure(name: str, onnx_dir: Path, count: int, threads: int) -> dict[str, di
     inputs = seeded_inputs(name, count)
     module = models.build(name)
     with torch.no_grad():
-        reference = [[o.numpy() for o in _tuple(module(**x))] for x in inputs]
+        reference = [[o.numpy() for o in _tuple(module(*x.values()))] for x in inputs]
     systems = {"autofusion L2 bf16": run_autofusion}
     if importlib.util.find_spec("openvino") is not None:
         systems["OpenVINO default (bf16 here)"] = run_openvino
