@@ -72,7 +72,8 @@ class Program:
         self.profiled_calls = 0
 
     def _filename(self, name: str) -> str:
-        return f"<autofusion:{self.graph.name}:{id(self)}:{name}>"
+        model = "".join(c if c.isprintable() else "?" for c in self.graph.name)   # no NUL for compile()
+        return f"<autofusion:{model}:{id(self)}:{name}>"
 
     def _define(self, name: str, profiled: bool) -> tuple[str, Callable[..., tuple]]:
         """The function's source from the steps, compiled into the namespace; a profiled one
@@ -137,6 +138,9 @@ class Program:
                     fn = namespace[fn_name] = impl.build(n)
                 except (KernelBuildError, NotImplementedError) as e:
                     raise KernelBuildError(f"cannot build a kernel for {n.describe()}: {e}") from None
+                except Exception as e:  # noqa: BLE001 - a library refusing the node's attributes
+                    raise KernelBuildError(f"cannot build a kernel for {n.describe()}: "
+                                           f"{type(e).__name__}: {e}") from e
                 skip = getattr(fn, "baked_inputs", ())   # constants the kernel captured itself
             outs = []
             for v in writes:

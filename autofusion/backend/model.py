@@ -2,6 +2,8 @@
 the caller's array type — over the plan's Program (torch kernels and native partitions)."""
 from __future__ import annotations
 
+import os
+import warnings
 from collections import OrderedDict
 from typing import Any, Mapping, Sequence
 
@@ -167,11 +169,13 @@ class CompiledModel:
     def _check_input(self, v: Value, a: Array) -> torch.Tensor:
         if isinstance(a, torch.Tensor):
             t = a
+            _check_size(v, tuple(t.shape), t.numel() * t.element_size())
         else:
             a = np.asarray(a)
-            if a.dtype == np.object_:
+            if a.dtype == np.object_ or a.dtype.kind in "SU":
                 raise InputError(f"input {v.name!r}: object/string arrays are not supported")
-            t = torch.from_numpy(np.ascontiguousarray(a)) if a.ndim else torch.tensor(a)
+            _check_size(v, a.shape, a.size * a.itemsize)
+            t = _from_numpy(np.ascontiguousarray(a)) if a.ndim else torch.tensor(a)
         if v.dtype is not None and TORCH_DTYPES.get(v.dtype) is not None and t.dtype != TORCH_DTYPES[v.dtype]:
             raise InputError(f"input {v.name!r}: expected dtype {v.dtype.name.lower()}, "
                              f"got {str(t.dtype).removeprefix('torch.')}")
@@ -197,3 +201,38 @@ class CompiledModel:
                                          f"but {seen[d][1]} gave {d!r} = {seen[d][0]}")
                     seen.setdefault(d, (size, repr(v.name)))
         return {d: size for d, (size, _) in seen.items()}
+
+
+def _check_size(v: Value, shape: tuple, nbytes: int) -> None:
+    """An input larger as a dense array than this machine's memory (a broadcast or expanded view
+    of a few bytes, say) is refused before anything is copied or allocated for it."""
+    if nbytes > MEMORY:
+        raise InputError(f"input {v.name!r}: shape {shape} is {_size(nbytes)} as a dense array, "
+                         f"more than this machine's memory ({_size(MEMORY)})")
+
+
+def _size(nbytes: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if nbytes < 1024 or unit == "TiB":
+            return f"{nbytes:.0f} {unit}" if unit == "B" else f"{nbytes:.1f} {unit}"
+        nbytes /= 1024
+
+
+def _from_numpy(a: np.ndarray) -> torch.Tensor:
+    """The array as a tensor sharing its memory; a read-only one too (no kernel writes to a
+    graph input, so torch's warning about writing to it does not apply)."""
+    if a.flags.writeable:
+        return torch.from_numpy(a)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "The given NumPy array is not writable")
+        return torch.from_numpy(a)
+
+
+def _physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 62
+
+
+MEMORY = _physical_memory()

@@ -9,8 +9,10 @@ attributes; the original graph is never changed.
 """
 from __future__ import annotations
 
+from ..errors import InputError
 from ..fusion.pipeline import cleanup
 from ..ir import Graph, Node, Shape, Value
+from ..ir.builder import shape_contradiction
 from .executor import evaluate_node
 
 
@@ -37,5 +39,10 @@ def specialise(graph: Graph, sizes: dict[str, int]) -> Graph:
         copy.meta = dict(n.meta)
         g.insert(copy)
     g.outputs = [copies[id(v)] for v in graph.outputs]
+    for n in g.nodes:   # sizes the symbols took that the graph cannot have (a product's 8 as 2)
+        why = shape_contradiction(n)
+        if why:
+            given = ", ".join(f"{d}={k}" for d, k in sizes.items())
+            raise InputError(f"inputs with {given} do not fit {n.describe()}: {why}")
     cleanup(g, evaluate_node, {})
     return g

@@ -25,9 +25,10 @@ from google.protobuf.message import DecodeError
 from onnx import helper, numpy_helper
 
 from ..errors import GraphError, ModelLoadError, UnsupportedOpError
-from ..ir.builder import infer_types
 from ..ir import FUSED_DOMAIN, DType, Graph, Value, lookup, op_key
+from ..ir.builder import infer_types
 from ..ir.onnx_runtime_call import ORT_DOMAIN
+from .onnx_checks import check_input_types, check_nodes, check_rules, check_text
 from .onnx_runtime_groups import call_attributes, group_for_onnx_runtime
 from .sequences import SEQUENCE_OPS, sequences_to_split
 
@@ -37,6 +38,7 @@ def load_model(source: str | os.PathLike | onnx.ModelProto) -> onnx.ModelProto:
     if isinstance(source, onnx.ModelProto):   # a copy: import annotates and rewrites it
         model = onnx.ModelProto()
         model.CopyFrom(source)
+        check_text(model, "")
         return model
     path = Path(source)
     if not path.is_file():
@@ -47,6 +49,7 @@ def load_model(source: str | os.PathLike | onnx.ModelProto) -> onnx.ModelProto:
         raise ModelLoadError(f"{path}: not a readable ONNX model (corrupt or truncated file): {e}") from None
     if not model.graph.node and not model.graph.output:
         raise ModelLoadError(f"{path}: not a readable ONNX model (empty graph; corrupt or truncated file?)")
+    check_text(model, f"{path}: ")
     _check_external_data(model, path.parent)
     try:
         onnx.external_data_helper.load_external_data_for_model(model, str(path.parent))
@@ -79,7 +82,9 @@ def _infer_shapes(model: onnx.ModelProto, where: str) -> onnx.ModelProto:
     compile time of a 400 MB model to a fraction of a second, and lifts the 2 GB limit.
     """
     g = model.graph
-    light = onnx.ModelProto(ir_version=model.ir_version, opset_import=model.opset_import,
+    # at IR version 4 or later, as the importer reads every model: initializers are constants
+    # (before it, ONNX's inference takes them for overridable inputs and can infer wrong sizes)
+    light = onnx.ModelProto(ir_version=max(model.ir_version, 4), opset_import=model.opset_import,
                             functions=model.functions)
     lg = light.graph
     lg.name = g.name
@@ -88,22 +93,50 @@ def _infer_shapes(model: onnx.ModelProto, where: str) -> onnx.ModelProto:
     lg.output.extend(g.output)
     lg.value_info.extend(g.value_info)
     listed = {vi.name for vi in g.input}
-    for t in g.initializer:
+    for vi in [*g.input, *g.output, *g.value_info]:
+        value_type(vi)   # each element type known, before inference reads it
+    for k, t in enumerate(g.initializer):
+        _check_declared(t, where + _initializer(k, t))   # before inference reads it
         if t.data_type in _WEIGHT_TYPES and np.prod(t.dims, dtype=np.int64) > _INLINE_ELEMENTS:
             if t.name not in listed:
                 lg.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
         else:
             lg.initializer.append(t)
+    lengths = _hide_long_lengths(lg)
     try:
         inferred = onnx.shape_inference.infer_shapes(light, strict_mode=True, data_prop=True)
     except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as e:
         raise ModelLoadError(f"{where}the model is inconsistent (ONNX shape inference failed): "
                              f"{e}") from None
+    except MemoryError:
+        raise ModelLoadError(f"{where}ONNX shape inference ran out of memory (are some "
+                             "dimensions huge?)") from None
+    for vi in [*inferred.graph.value_info, *inferred.graph.output]:
+        for d in vi.type.tensor_type.shape.dim if vi.type.HasField("tensor_type") else ():
+            if d.dim_param in lengths:
+                d.dim_value = lengths[d.dim_param]
     del g.value_info[:]
     g.value_info.extend(inferred.graph.value_info)
     del g.output[:]
     g.output.extend(inferred.graph.output)
     return model
+
+
+def _hide_long_lengths(g: onnx.GraphProto) -> dict[str, int]:
+    """Declare each long 1-D input's length by a name, for inference only: ONNX's data
+    propagation keeps a value per element of a 1-D tensor (meant for shapes), which for a
+    waveform or a declared 2^30 takes seconds and gigabytes. The names and their lengths."""
+    lengths = {}
+    for vi in g.input:
+        dims = vi.type.tensor_type.shape.dim if vi.type.HasField("tensor_type") else ()
+        if len(dims) == 1 and dims[0].HasField("dim_value") and dims[0].dim_value > _SHAPE_ELEMENTS:
+            name = f"autofusion_length_{len(lengths)}"
+            lengths[name] = dims[0].dim_value
+            dims[0].dim_param = name
+    return lengths
+
+
+_SHAPE_ELEMENTS = 1 << 12   # longer than any shape a data propagation is for
 
 
 # Initializers inference needs only by type and shape: float weights above a few elements.
@@ -179,27 +212,71 @@ def value_type(vi: onnx.ValueInfoProto):
     t = vi.type
     if t.HasField("tensor_type"):
         et = t.tensor_type.elem_type
-        return _dims(t.tensor_type), (DType(et) if et else None)
+        return _dims(t.tensor_type), (element_type(et, f"value {vi.name!r}") if et else None)
     return None, None
 
 
-def attribute_value(a: onnx.AttributeProto):
+def element_type(code: int, what: str) -> DType:
+    """The DType of an ONNX element-type code; a ModelLoadError naming `what` for an unknown one."""
+    try:
+        return DType(code)
+    except ValueError:
+        raise ModelLoadError(f"{what} has element type {code}, which is not an ONNX type "
+                             "autofusion knows") from None
+
+
+def _initializer(k: int, t: onnx.TensorProto) -> str:
+    return f"initializer {t.name!r}" if t.name else f"graph.initializer[{k}] (no name)"
+
+
+def _check_declared(t: onnx.TensorProto, what: str) -> DType:
+    """A TensorProto's element type, known, and dimensions, none negative."""
+    if any(d < 0 for d in t.dims):
+        raise ModelLoadError(f"{what} has a negative dimension: {list(t.dims)}")
+    return element_type(t.data_type, what)
+
+
+def tensor_array(t: onnx.TensorProto, what: str) -> np.ndarray:
+    """A TensorProto's data as a numpy array; a ModelLoadError naming `what` where its type,
+    dimensions and data disagree (a corrupt or hand-edited file)."""
+    dtype = _check_declared(t, what)
+    try:
+        return numpy_helper.to_array(t)
+    except (ValueError, TypeError) as e:
+        raise ModelLoadError(f"{what}: its data does not fit its type {dtype.name.lower()} and "
+                             f"dimensions {list(t.dims)} ({e})") from None
+
+
+def attribute_value(a: onnx.AttributeProto, node: str = ""):
     """An ONNX attribute as a plain Python value (tensors as numpy arrays)."""
     A = onnx.AttributeProto
     if a.type == A.GRAPH or a.type == A.GRAPHS:
         raise NotImplementedError("subgraph attributes")
+    what = f"node {node!r}: attribute {a.name!r}"
+    if a.type not in _ATTRIBUTE_TYPES:
+        raise ModelLoadError(f"{what} has type {A.AttributeType.Name(a.type)}, which no operator "
+                             "autofusion runs takes")
     value = onnx.helper.get_attribute_value(a)
     if a.type == A.TENSOR:
-        return numpy_helper.to_array(a.t)
+        return tensor_array(a.t, what)
     if a.type == A.TENSORS:
-        return [numpy_helper.to_array(t) for t in a.tensors]
-    if a.type == A.STRING:
-        return value.decode()
-    if a.type == A.STRINGS:
-        return [s.decode() for s in value]
+        return [tensor_array(t, what) for t in a.tensors]
+    try:
+        if a.type == A.STRING:
+            return value.decode()
+        if a.type == A.STRINGS:
+            return [s.decode() for s in value]
+    except UnicodeDecodeError:
+        raise ModelLoadError(f"{what} is not UTF-8 text: {value!r}") from None
     if a.type in (A.INTS, A.FLOATS):
         return list(value)
     return value
+
+
+_ATTRIBUTE_TYPES = {onnx.AttributeProto.FLOAT, onnx.AttributeProto.INT, onnx.AttributeProto.STRING,
+                    onnx.AttributeProto.TENSOR, onnx.AttributeProto.FLOATS,
+                    onnx.AttributeProto.INTS, onnx.AttributeProto.STRINGS,
+                    onnx.AttributeProto.TENSORS}
 
 
 def _check_defined(g: onnx.GraphProto, where: str) -> None:
@@ -224,6 +301,7 @@ def import_onnx(source: str | os.PathLike | onnx.ModelProto, strict: bool = Fals
                    if lookup(n.domain, n.op_type) is None and n.op_type not in SEQUENCE_OPS]
     if unsupported and strict:
         raise UnsupportedOpError(unsupported)
+    check_nodes(model, where)
     _check_defined(model.graph, where)
     _name_free_dims(model.graph)
     model = _infer_shapes(model, where)
@@ -246,8 +324,9 @@ def import_onnx(source: str | os.PathLike | onnx.ModelProto, strict: bool = Fals
 
     try:
         initializers = {t.name for t in g.initializer}
-        for t in g.initializer:
-            values[t.name] = graph.add_constant(t.name, numpy_helper.to_array(t), DType(t.data_type))
+        for k, t in enumerate(g.initializer):
+            what = where + _initializer(k, t)
+            values[t.name] = graph.add_constant(t.name, tensor_array(t, what), element_type(t.data_type, what))
         for vi in g.input:
             if vi.name in initializers:  # old-style models list initializers as inputs too
                 continue
@@ -263,7 +342,7 @@ def import_onnx(source: str | os.PathLike | onnx.ModelProto, strict: bool = Fals
                 graph.add_node(n.op_type, [named(x) for x in n.input], outs, attrs, name, n.domain, origin)
                 continue
             try:
-                attrs = {a.name: attribute_value(a) for a in n.attribute}
+                attrs = {a.name: attribute_value(a, f"{where}{name}") for a in n.attribute}
             except NotImplementedError:
                 raise UnsupportedOpError([(op_key(n.domain, n.op_type) + " with a subgraph", name)]) from None
             if n.op_type == "Constant" and n.domain == "":
@@ -283,14 +362,18 @@ def import_onnx(source: str | os.PathLike | onnx.ModelProto, strict: bool = Fals
             node = graph.add_node(n.op_type, inputs, outs, attrs, name, n.domain)
             if all(v.dtype is None for v in outs):   # ONNX's inference does not know the op
                 infer_types(node)                    # (a custom one): the op table's rule
-        for vi in g.output:
-            graph.outputs.append(named(vi.name))
+        for k, vi in enumerate(g.output):
+            if vi.name not in values:
+                raise ModelLoadError(f"{where}graph.output[{k}] ({vi.name!r}) is never computed")
+            graph.outputs.append(values[vi.name])
             shape, dtype = value_type(vi)
             v = values[vi.name]
             v.shape = v.shape if v.shape is not None else shape
             v.dtype = v.dtype if v.dtype is not None else dtype
     except GraphError as e:
         raise ModelLoadError(f"{where}malformed graph: {e}") from None
+    check_input_types(graph, where)
+    check_rules(graph, where)
     return graph
 
 
@@ -309,7 +392,7 @@ def _function_body(model: onnx.ModelProto, call: onnx.NodeProto, inputs: list[Va
               for name, v in zip(fn.input, inputs) if v is not None}
     renamed = {}
     for n in fn.node:
-        attrs = {a.name: attribute_value(a) for a in n.attribute}
+        attrs = {a.name: attribute_value(a, f"{where}{n.name}") for a in n.attribute}
         if n.op_type == "Constant" and n.domain == "":
             values[n.output[0]] = body.add_constant(n.output[0], _constant_attr(attrs, n.name))
         elif n.op_type == "Identity" and n.output[0] in fn.output:

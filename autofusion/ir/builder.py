@@ -63,6 +63,21 @@ class GraphBuilder:
         return make
 
 
+def shape_contradiction(node: Node) -> str | None:
+    """What the op's shape rule finds impossible in the node (it raises a ValueError: an axis out
+    of range, sizes that cannot meet); None where it finds nothing wrong or cannot tell."""
+    opdef = lookup(node.domain, node.op_type)
+    if opdef is None or opdef.infer is None:
+        return None
+    try:
+        opdef.infer(node)
+    except ValueError as e:
+        return str(e)
+    except (TypeError, KeyError, IndexError, AttributeError, ArithmeticError):
+        return None
+    return None
+
+
 def infer_types(node: Node) -> None:
     """Type the node's outputs with its op's shape rule, where it has one and can tell."""
     opdef = lookup(node.domain, node.op_type)

@@ -62,6 +62,8 @@ def matmul_shape(a: Shape, b: Shape) -> Shape:
         sa = [1] + sa
     if squeeze_b:
         sb = sb + [1]
+    if isinstance(sa[-1], int) and isinstance(sb[-2], int) and sa[-1] != sb[-2]:
+        raise ValueError(f"a product of shapes {tuple(a)} and {tuple(b)}: {sa[-1]} against {sb[-2]}")
     batch = broadcast_shapes(tuple(sa[:-2]), tuple(sb[:-2]))
     out = list(batch or ()) + ([] if squeeze_a else [sa[-2]]) + ([] if squeeze_b else [sb[-1]])
     return tuple(out) if batch is not None else None
@@ -199,6 +201,11 @@ def _layer_norm(node: Node):
     if x.shape is None:
         return [(None, x.dtype), (None, stash), (None, stash)]
     a = _axis(node.attr("axis", -1), len(x.shape))
+    normalized = x.shape[a:]
+    for v in node.inputs[1:]:   # scale and bias broadcast to the normalized axes, no further
+        if v is not None and v.is_static and all(isinstance(d, int) for d in normalized) \
+                and broadcast_shapes(normalized, v.shape) != normalized:
+            raise ValueError(f"LayerNormalization scale or bias {v.type_str()} for axes {normalized}")
     stats = tuple(x.shape[:a]) + (1,) * (len(x.shape) - a)
     return [(x.shape, x.dtype), (stats, stash), (stats, stash)]
 
@@ -315,6 +322,8 @@ def _slice(node: Node):
         starts, ends = node.attrs["starts"], node.attrs["ends"]
         axes, steps = node.attr("axes") or list(range(len(starts))), [1] * len(starts)
     else:
+        if any(v is not None and v.shape is not None and len(v.shape) != 1 for v in node.inputs[1:]):
+            raise ValueError("Slice starts, ends, axes and steps must be 1-D")
         starts, ends = _const_ints(node.inputs[1]), _const_ints(node.inputs[2])
         s = node.inputs[1].shape
         count = len(starts) if starts is not None else (s[0] if s is not None and len(s) == 1 else None)

@@ -5,6 +5,7 @@ constants) it changed, so the pipeline can report and iterate to a fixed point.
 """
 from __future__ import annotations
 
+import math
 from typing import Callable, Sequence
 
 import numpy as np
@@ -76,9 +77,12 @@ def fold_constants(graph: Graph, evaluate: Evaluator) -> int:
             continue
         if opdef.op_class == OpClass.OPAQUE and node.op_type not in ("Shape", "Size", "ConstantOfShape", "Range"):
             continue
-        if any(id(v) in outputs for v in node.outputs):
+        if any(id(v) in outputs for v in node.outputs) or _static_bytes(node) > MAX_FOLDED_BYTES:
             continue
-        results = evaluate(node, [None if v is None else v.const for v in node.inputs])
+        try:
+            results = evaluate(node, [None if v is None else v.const for v in node.inputs])
+        except Exception:  # noqa: BLE001, S112 - its kernel refuses these inputs: left to fail at run
+            continue       # time, where the error names the node (or to a pass that removes it)
         if sum(np.asarray(r).nbytes for r in results) > MAX_FOLDED_BYTES:
             continue
         for v, data in zip(node.outputs, results):
@@ -87,6 +91,20 @@ def fold_constants(graph: Graph, evaluate: Evaluator) -> int:
         graph.remove(node)
         folded += 1
     return folded
+
+
+def _static_bytes(node: Node) -> int:
+    """What the node's outputs take where their shapes are static: a ConstantOfShape or an
+    Expand to a huge shape is not evaluated just to be found too big to fold."""
+    return sum(math.prod(v.shape) * _itemsize(v.dtype) for v in node.outputs
+               if v.is_static and v.dtype is not None)
+
+
+def _itemsize(dtype) -> int:
+    try:
+        return dtype.numpy.itemsize
+    except TypeError:   # bfloat16, float8, int4: no numpy type, a byte or two
+        return 1
 
 
 def _static_dims(node: Node) -> np.ndarray | None:

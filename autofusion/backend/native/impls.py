@@ -59,7 +59,12 @@ def _refusal(v: Value | None, what: str) -> str | None:
         return f"{what} {v.name!r} is a scalar"
     if 0 in v.shape:
         return f"{what} {v.name!r} is empty"
+    if math.prod(v.shape) > MAX_ELEMENTS:
+        return f"{what} {v.name!r} has shape {v.type_str()}: more elements than a native step indexes"
     return None
+
+
+MAX_ELEMENTS = 1 << 40   # oneDNN and the arena count bytes in 64 bits: 2^40 floats is 4 TiB
 
 
 def dense(node: Node, inputs: tuple[int, ...] | None = None, outputs: int = 1) -> str | None:

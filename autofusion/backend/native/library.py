@@ -54,7 +54,7 @@ class NativePartition:
         handle = lib.af_build(lib.af_partition(bound.entry), consts)
         if not handle:
             node, message = self._node_of(library.error())
-            raise KernelBuildError(f"{node.describe()}: {message}" if node else message)
+            raise KernelBuildError(f"{node.describe() if node else _partition(nodes)}: {message}")
         self.handle = handle
         self.arena_bytes = lib.af_arena_bytes(handle)
         weakref.finalize(self, lib.af_free, handle)
@@ -103,3 +103,10 @@ class NativePartition:
         if n != self.steps:
             raise RuntimeError(f"the native partition counted {n} steps, its plan has {self.steps}")
         return [t * 1e-9 for t in out[:n]]
+
+
+def _partition(nodes: list[Node]) -> str:
+    """For an error no one node of a partition owns: its nodes and the ONNX nodes they stand for."""
+    origin = [o for n in nodes for o in (n.origin or (n.name,))]
+    shown = ", ".join(map(repr, origin[:8])) + (", ..." if len(origin) > 8 else "")
+    return f"the native partition of {len(nodes)} node(s) (from ONNX nodes {shown})"
