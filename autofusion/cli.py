@@ -12,27 +12,9 @@ from .errors import AutofusionError
 
 
 def random_inputs(graph, dims: dict[str, int] | None = None, seed: int = 0) -> dict[str, np.ndarray]:
-    """Random inputs matching the graph's inputs; symbolic dims from `dims` (default 1).
-
-    Floats are standard normal; integers are 0 or 1 and booleans random, so index-like inputs
-    (token ids, type ids, masks) stay in range for any embedding table.
-    """
-    from .ir import DType
-    rng = np.random.default_rng(seed)
-    dims = dims or {}
-    feeds = {}
-    for v in graph.inputs:
-        if v.shape is None:
-            raise AutofusionError(f"input {v.name!r} has unknown rank; pass real inputs with --inputs")
-        shape = tuple(d if isinstance(d, int) else dims.get(str(d), 1) for d in v.shape)
-        dt = v.dtype or DType.FLOAT
-        if dt.is_float:
-            feeds[v.name] = rng.standard_normal(shape).astype(dt.numpy)
-        elif dt == DType.BOOL:
-            feeds[v.name] = rng.random(shape) < 0.5
-        else:
-            feeds[v.name] = rng.integers(0, 2, shape).astype(dt.numpy)
-    return feeds
+    """Random inputs matching the graph's inputs (backend/precision.py random_feeds)."""
+    from .backend.precision import random_feeds
+    return random_feeds(graph, dims, seed)
 
 
 def _load_inputs(path: str) -> dict[str, np.ndarray]:

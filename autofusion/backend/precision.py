@@ -90,7 +90,7 @@ def random_feeds(graph: Graph, dims: dict[str, int] | None = None, seed: int = 0
     feeds = {}
     for v in graph.inputs:
         if v.shape is None:
-            raise AutofusionError(f"input {v.name!r} has unknown rank: give real inputs")
+            raise AutofusionError(f"input {v.name!r} has unknown rank: give real inputs (--inputs)")
         shape = tuple(d if isinstance(d, int) else dims.get(str(d), 1) for d in v.shape)
         dt = v.dtype or DType.FLOAT
         if dt.is_float:
