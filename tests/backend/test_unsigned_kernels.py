@@ -50,17 +50,18 @@ def _pairs(dt, nonzero_b=False):
 
 
 @pytest.mark.parametrize("dt", list(UNSIGNED))
-@pytest.mark.parametrize("op", ["Add", "Sub", "Mul", "Min", "Max", "Sum", "BitwiseAnd",
+@pytest.mark.parametrize("op", ["Add", "Sub", "Mul", "Min", "Max", "BitwiseAnd",
                                 "BitwiseOr", "BitwiseXor"])
 def test_wrapping_and_extreme_ops(op, dt):
     _check(op, _pairs(dt))
 
 
 @pytest.mark.parametrize("dt", list(UNSIGNED))
-def test_variadic_min_max_sum_of_three(dt):
+def test_variadic_min_max_of_three(dt):
+    """(ONNX's Sum takes floats only: a uint Sum is refused at import, as ONNX Runtime does.)"""
     a, b = _pairs(dt)
     c = np.flip(edge_values(dt))[:, None]
-    for op in ("Min", "Max", "Sum"):
+    for op in ("Min", "Max"):
         _check(op, [a, b, c])
 
 
