@@ -93,11 +93,16 @@ def cmd_run(args) -> int:
     return 0
 
 
-def cmd_compile(args) -> int:
-    import autofusion
+def _require_dot(args) -> None:
+    """Before the compile: with --html, a missing Graphviz fails at once."""
     if args.html:
         from .export.graphviz import find_dot
-        find_dot()   # before the compile: a missing Graphviz fails at once
+        find_dot()
+
+
+def cmd_compile(args) -> int:
+    import autofusion
+    _require_dot(args)
     model = _compile(args)
     if args.measure:
         from .measure import measure_speedup
@@ -127,9 +132,7 @@ def cmd_compile(args) -> int:
 
 def cmd_profile(args) -> int:
     import autofusion
-    if args.html:
-        from .export.graphviz import find_dot
-        find_dot()   # before the compile: a missing Graphviz fails at once
+    _require_dot(args)
     model = _compile(args)
     feeds, defaulted = _feeds(args, model.graph)
     try:

@@ -54,19 +54,19 @@ def resolve_controls(level: int | None, disable: Iterable[str] | str | None) -> 
 
 def resolve_backend(backend: str | None) -> str:
     """The backend from the argument, else AUTOFUSION_BACKEND, else auto."""
-    chosen = backend or os.environ.get(BACKEND_VAR, "").strip() or "auto"
-    if chosen not in BACKENDS:
-        where = "" if backend else f"{BACKEND_VAR}="
-        raise AutofusionError(f"{where}{chosen!r}: the backend must be one of {', '.join(BACKENDS)}")
-    return chosen
+    return _choice(backend, BACKEND_VAR, "auto", BACKENDS, "backend")
 
 
 def resolve_precision(precision: str | None) -> str:
     """The precision from the argument, else AUTOFUSION_PRECISION, else fp32."""
-    chosen = precision or os.environ.get(PRECISION_VAR, "").strip() or "fp32"
-    if chosen not in PRECISIONS:
-        where = "" if precision else f"{PRECISION_VAR}="
-        raise AutofusionError(f"{where}{chosen!r}: the precision must be one of {', '.join(PRECISIONS)}")
+    return _choice(precision, PRECISION_VAR, "fp32", PRECISIONS, "precision")
+
+
+def _choice(given: str | None, var: str, default: str, choices, what: str) -> str:
+    chosen = given or os.environ.get(var, "").strip() or default
+    if chosen not in choices:
+        where = "" if given else f"{var}="
+        raise AutofusionError(f"{where}{chosen!r}: the {what} must be one of {', '.join(choices)}")
     return chosen
 
 

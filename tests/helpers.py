@@ -28,3 +28,14 @@ def random_feeds(model: onnx.ModelProto, n: int = 2, seed: int = 0) -> dict[str,
         dims = [d.dim_value or n for d in vi.type.tensor_type.shape.dim]
         feeds[vi.name] = rng.standard_normal(dims).astype(np.float32)
     return feeds
+
+
+def flat_320_model() -> onnx.ModelProto:
+    """x[batch, height] reshaped to [1, 320]: runs only where batch·height = 320, so random
+    inputs with the symbolic sizes defaulted to 1 fail in node 'flat'."""
+    shape = numpy_helper.from_array(np.array([1, 320], np.int64), "shape")
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "shape"], ["y"], name="flat")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "height"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [shape])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])

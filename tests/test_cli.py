@@ -11,7 +11,7 @@ import onnx
 
 from autofusion.cli import main
 
-from .helpers import conv_relu_model
+from .helpers import conv_relu_model, flat_320_model
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "tiny_resnet.onnx"
 
@@ -45,13 +45,8 @@ def test_run_reports_bad_input_file_cleanly(capsys, tmp_path):
 
 
 def test_run_names_the_symbolic_sizes_it_defaulted_when_the_run_fails(capsys, tmp_path):
-    shape = onnx.numpy_helper.from_array(np.array([1, 320], np.int64), "shape")
-    graph = onnx.helper.make_graph(
-        [onnx.helper.make_node("Reshape", ["x", "shape"], ["y"], name="flat")], "g",
-        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["batch", "height"])],
-        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)], [shape])
     path = tmp_path / "m.onnx"
-    onnx.save(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)]), path)
+    onnx.save(flat_320_model(), path)
     assert main(["run", str(path), "--dim", "batch=1"]) == 2
     err = capsys.readouterr().err
     assert "'flat' (Reshape)" in err and "height=1" in err and "batch=1" not in err

@@ -19,7 +19,7 @@ from autofusion.export.graph_views import HEAT, heat, time_text
 from tests.models import architectures
 from tests.models.architectures import ARCHITECTURES
 
-from .helpers import conv_relu_model
+from .helpers import conv_relu_model, flat_320_model
 
 CI_MODELS = ["resnet_stack", "mobilenet_block", "bert_layer"]
 BACKENDS = ["auto", "torch"]   # auto: native partitions where this machine builds them
@@ -103,13 +103,8 @@ def test_the_command_prints_the_table_and_both_whole_run_times(capsys, tmp_path)
 
 
 def test_the_command_names_the_defaulted_sizes_when_the_run_fails(capsys, tmp_path):
-    shape = onnx.numpy_helper.from_array(np.array([1, 320], np.int64), "shape")
-    graph = onnx.helper.make_graph(
-        [onnx.helper.make_node("Reshape", ["x", "shape"], ["y"], name="flat")], "g",
-        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["batch", "height"])],
-        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)], [shape])
     path = tmp_path / "m.onnx"
-    onnx.save(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)]), path)
+    onnx.save(flat_320_model(), path)
     assert main(["profile", str(path), "--runs", "2"]) == 2
     assert "--dim height=320" in capsys.readouterr().err
 
