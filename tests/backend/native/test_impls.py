@@ -475,3 +475,10 @@ def test_rms_norm_is_a_generated_row_kernel(shape, axis):
 def test_rms_norm_refuses_a_scale_that_broadcasts():
     g = graph({"x": (2, 5, 24)}, lambda op, x: [(op.RMSNorm(x, const(op, 1), epsilon=1e-6), (2, 5, 24))])
     assert "broadcasts" in refusal(g)
+
+
+def test_the_generated_norm_matmul_leaves_layer_norm_to_onednn():
+    g = graph({"x": (1, 5, 24)}, lambda op, x: [(op.NormMatMul(x, const(op, 24, 40), norm="LayerNorm",
+                                                               epsilon=1e-5), (1, 5, 40))])
+    generated = next(i for i in implementations(g.nodes[0].op, "native") if i.name == "generated")
+    assert "LayerNorm" in generated.check(g.nodes[0])
