@@ -133,6 +133,13 @@ class Pattern:
     def root_op(self) -> tuple[str, str]:
         return self.output.node.domain, self.output.node.op_type
 
+    @functools.cached_property
+    def root_producers(self) -> frozenset[tuple[str, str]]:
+        """The ops that must make one of the root's inputs (those no `optional` lets go): a
+        node whose inputs come from none of them cannot match, checked before matching."""
+        return frozenset((i.node.domain, i.node.op_type) for i in self.output.node.inputs
+                         if isinstance(i, Out) and not i.node.optional)
+
     def node_pats(self) -> list[NodePat]:
         """The pattern's ops, inputs before users."""
         order: dict[int, NodePat] = {}
@@ -274,6 +281,11 @@ def _match_inputs(pats: list[Pat], values: list[Value | None], m: Match) -> Iter
 
 def match_at(pattern: Pattern, node: Node) -> Iterator[Match]:
     """Every structural match of the pattern whose output node is `node`."""
+    if pattern.root_producers:
+        made_by = {(v.producer.domain, v.producer.op_type) for v in node.inputs
+                   if v is not None and v.producer is not None}
+        if not pattern.root_producers <= made_by:
+            return
     for m in match_node(pattern.output.node, node, Match()):
         m.root = node
         yield m

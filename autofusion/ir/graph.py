@@ -119,6 +119,7 @@ class Graph:
         self._stamp = itertools.count()
         self._names: set[str] = set()        # value names (unique)
         self._node_names: set[str] = set()   # node names (kept unique for names we make)
+        self._suffix: dict[str, int] = {}    # fresh_name: the last suffix per hint
 
     # ---- building ---------------------------------------------------------------------
     def add_input(self, name: str, shape: Shape, dtype: DType | None) -> Value:
@@ -202,13 +203,14 @@ class Graph:
         return self._nodes[node]
 
     def fresh_name(self, hint: str) -> str:
-        """A name no value and no node of this graph has."""
-        name = hint
-        for k in itertools.count(1):
-            if name not in self._names and name not in self._node_names:
-                return name
+        """A name no value and no node of this graph has: the hint, else hint_1, hint_2, ...
+        (counting on from the last suffix given for this hint, so n names cost O(n))."""
+        name, k = hint, self._suffix.get(hint, 0)
+        while name in self._names or name in self._node_names:
+            k += 1
             name = f"{hint}_{k}"
-        raise AssertionError  # unreachable
+        self._suffix[hint] = k
+        return name
 
     def _claim(self, name: str) -> None:
         if name in self._names:
