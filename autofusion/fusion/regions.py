@@ -1,22 +1,38 @@
-"""Automatic fusion: the connected elementwise and broadcast work no rule named, grouped into
-regions; each region becomes one fused node (autofusion::Region) run as one generated kernel.
+"""Automatic fusion: the connected elementwise, broadcast, reshape-like and row-reduction work
+no rule named, grouped into regions; each region becomes one fused node (autofusion::Region)
+run as one generated kernel.
 
-    1. candidates  a node can join a region when its op has a scalar expression (ir/scalar.py)
-                   and its inputs and output are float32 of known shape
+    1. candidates  a node can join a region when generated kernels compute its op (a scalar
+                   expression, ir/scalar.py; a row reduction or softmax, ir/scalar.py ROW_OPS;
+                   a reshape or transpose, ir/region_space.py), its data inputs and output are
+                   float32 of known shape, its axes or target shape are constants, and a
+                   transpose keeps the innermost axis innermost (the kernels read it in place,
+                   so the inner loop stays contiguous)
     2. grow        in topological order, a candidate joins the region of one of its producers,
                    the most recently started first, when (a) every other producer's group
-                   started before that region did, (b) its shape broadcasts with the region's
-                   and (c) the region stays within the size limits; otherwise it starts a
-                   region of its own
+                   started before that region did, (b) it fits the region's iteration space
+                   (ir/region_space.py: it broadcasts with it; a reduction reduces the region's
+                   innermost axes, the same ones as the region's other reductions: one row
+                   structure per region; a reshape keeps the space indexable) and (c) the region
+                   stays within the size limits; failing every producer's, it joins on the same
+                   terms a sibling: the last region reading one of its inputs (a norm's E[x]
+                   and E[x²]); otherwise it starts a region of its own
     3. keep        a region is kept when the cost model says one kernel beats its ops one by
                    one (a single op never does); the others dissolve
     4. rewrite     each kept region becomes one Region node whose body is a copy of its ops
 
+A region's class is the max of its members' (OpClass: ELEMWISE < BROADCAST < INJECTIVE <
+REDUCTION); what the kernel does per class is in backend/native/kernels.py.
+
 Why (a) is enough for acyclicity: order every group (a region, or a node outside any) by the
 position of its first node. Before any join that order is topological. A join adds edges only
 into the joined region, from groups that (a) says come earlier; so the order stays topological
-and the grouped graph stays a DAG. It is one comparison per input: the planner is linear in the
-graph's size. It may refuse a join that would have been safe; the report says so ("order").
+and the grouped graph stays a DAG. A sibling join is the same join (all its producers' groups
+come earlier), and nothing in (b) adds edges, so siblings, reductions and views keep the
+argument as it was. It is one comparison per input, and (b) a few per axis (a reshape that
+refines the space rewrites the region's frames, at most once per factor of its size): the
+planner is near-linear in the graph's size. It may refuse a join that would have been safe;
+the report says so ("order").
 
 Every candidate left alone, and every op next to a region that could not join it, gets a reason
 code (as graph-autofusion's NF codes): see REASONS.
@@ -25,8 +41,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..ir import DType, Graph, Node, OpClass, Value, broadcast_shapes, lookup
+from ..ir import DType, Graph, Node, OpClass, Value, lookup
 from ..ir.builder import FUSED_DOMAIN
+from ..ir.region_space import (RESHAPES, VIEWS, LayoutError, Space, computable, data_inputs,
+                               is_row_op, reduced_axes)
 from ..ir.scalar import expression
 from .cost import BANDWIDTH_BPS, LAUNCH_S, nbytes, seconds
 
@@ -35,12 +53,19 @@ MAX_NODES = 1024                     # ops per region (default; a control)
 MAX_INPUTS = 32                      # tensors a region reads (default; a control)
 
 REASONS = {
-    "opaque": "its op has no scalar expression, so generated kernels cannot compute it",
+    "opaque": "its op has no scalar expression, row reduction or view, so generated kernels "
+              "cannot compute it",
     "dtype": "a value is not float32, the generated kernels' type",
-    "rank": "a value's shape is unknown",
+    "rank": "a value's shape is unknown (or symbolic, for a reduction or a view)",
+    "axes": "its axes or target shape are not constants (or it reduces none)",
     "order": "its other inputs come from a group started after the region (joining could make "
              "a cycle)",
     "shape": "its shape does not broadcast with the region's",
+    "inner": "it reduces axes that are not an innermost run of the region's iteration space",
+    "rows": "the region already reduces other axes (one row structure per region)",
+    "view": "it reshapes or aligns the region's iteration space in a way the kernel cannot index",
+    "stride": "a transpose that moves the innermost axis: the kernel's inner loop would step "
+              "across rows on one side (left to the transpose kernel)",
     "size": "the region has reached its size limit ({limit} ops)",
     "inputs": "the region would read more than {limit} tensors",
     "alone": "a region of one op does not pay (no launch or memory traffic saved)",
@@ -51,7 +76,7 @@ REASONS = {
 class Region:
     nodes: list[Node]
     first: int                       # topological position of its first node
-    shape: tuple                     # the iteration space: every member broadcasts to it
+    space: Space                     # the iteration space and how each member maps onto it
     inputs: set[int] = field(default_factory=set)   # id() of tensors read from outside
 
     @property
@@ -82,20 +107,44 @@ def kernel_name(nodes: list[Node]) -> str:
 
 def _refusal(node: Node) -> str | None:
     """The reason code why the node cannot be in any region, or None."""
-    if expression(node) is None or any(v.uses for v in node.outputs[1:]):
+    if not computable(node) or any(v.uses for v in node.outputs[1:]):
         return "opaque"   # (a second output in use: Dropout's mask)
-    for v in [*node.inputs, node.outputs[0]]:
+    data = data_inputs(node)
+    if any(v is not None and v.const is None for v in node.inputs[len(data):]):
+        return "axes"   # (before the output's shape, which they decide)
+    for v in [*data, node.outputs[0]]:
         if v is None:
             continue
         if v.dtype != DType.FLOAT:
             return "dtype"
         if v.shape is None or any(d is None for d in v.shape):
             return "rank"
+        if (is_row_op(node) or node.op in VIEWS) and any(not isinstance(d, int) for d in v.shape):
+            return "rank"   # rows and views are laid out at compile time: static sizes only
+    if is_row_op(node):
+        try:
+            reduced_axes(node)
+        except LayoutError as e:
+            return e.code
+    if node.op == "Transpose" and _moves_innermost(node):
+        return "stride"
     return None
 
 
-def _is_scalar_constant(v: Value) -> bool:
-    return v.const is not None and v.const.size == 1
+def _moves_innermost(node: Node) -> bool:
+    """A transpose whose last axis is not the input's last of size > 1 (the batch and head
+    permutes of attention keep it; NCHW ↔ NHWC does not)."""
+    shape = node.inputs[0].shape
+    perm = node.attr("perm") or list(range(len(shape)))[::-1]
+    moved = [p for p in perm if shape[p] != 1]
+    kept = [a for a in range(len(shape)) if shape[a] != 1]
+    return bool(kept) and moved[-1] != kept[-1]
+
+
+def _written_in(v: Value) -> bool:
+    """A constant the region's body carries: a float scalar (written into the code), or a
+    reshape's target shape or a reduction's axes."""
+    return v.const is not None and (v.const.size == 1 or v.dtype != DType.FLOAT)
 
 
 def plan_regions(graph: Graph, max_nodes: int = MAX_NODES, max_inputs: int = MAX_INPUTS) -> RegionPlan:
@@ -110,40 +159,58 @@ def plan_regions(graph: Graph, max_nodes: int = MAX_NODES, max_inputs: int = MAX
         r = group.get(n)
         return r.first if r is not None else pos[n]
 
+    def refuses(n: Node, r: Region, producers) -> tuple[str, dict] | None:
+        """Why n cannot join r (and if it can, it has)."""
+        if any(started(p) >= r.first for p in producers if group.get(p) is not r):
+            return "order", {}
+        if len(r.nodes) >= max_nodes:
+            return "size", {"limit": max_nodes}
+        reads = r.inputs | _reads(n, r, group)
+        if len(reads) > max_inputs:
+            return "inputs", {"limit": max_inputs}
+        try:
+            r.space.join(n)
+        except LayoutError as e:
+            return e.code, {}
+        r.nodes.append(n)
+        r.inputs = reads
+        return None
+
+    reader: dict[int, Region] = {}   # id() of a tensor read from outside → the last region reading
     for n in order:
         if n not in candidates:
             continue
-        shape = tuple(n.outputs[0].shape)
         producers = {v.producer for v in n.inputs if v is not None and v.producer is not None}
         joined = None
-        for r in sorted({group[p] for p in producers if p in group}, key=lambda r: -r.first):
-            if any(started(p) >= r.first for p in producers if group.get(p) is not r):
-                why[n] = ("order", {})
-                continue
-            try:
-                merged = broadcast_shapes(r.shape, shape)
-            except ValueError:
-                merged = None
-            if merged is None or any(d is None for d in merged):
-                why[n] = ("shape", {})
-                continue
-            if len(r.nodes) >= max_nodes:
-                why[n] = ("size", {"limit": max_nodes})
-                continue
-            reads = r.inputs | _reads(n, r, group)
-            if len(reads) > max_inputs:
-                why[n] = ("inputs", {"limit": max_inputs})
-                continue
-            r.nodes.append(n)
-            r.shape, r.inputs = tuple(merged), reads
-            joined = r
-            break
+        tried = {group[p] for p in producers if p in group}
+        for r in sorted(tried, key=lambda r: -r.first):
+            reason = refuses(n, r, producers)
+            if reason is None:
+                joined = r
+                break
+            why[n] = reason
+        # else a sibling: the last region reading one of the same tensors (a norm's mean and
+        # mean of squares, both of x), on the same terms
+        siblings = {reader[id(v)] for v in data_inputs(n) if v is not None and id(v) in reader}
+        siblings -= tried
+        for r in sorted(siblings, key=lambda r: -r.first) if joined is None else ():
+            if refuses(n, r, producers) is None:
+                joined = r
+                break
         if joined is None:
-            joined = Region([n], pos[n], shape)
+            try:
+                space = Space.start(n)
+            except LayoutError as e:   # it cannot be in a region even alone
+                why.setdefault(n, (e.code, {}))
+                continue
+            joined = Region([n], pos[n], space)
             joined.inputs = _reads(n, joined, group)
         else:
             why.pop(n, None)
         group[n] = joined
+        for v in data_inputs(n):
+            if v is not None and (v.producer is None or group.get(v.producer) is not joined):
+                reader[id(v)] = joined
 
     regions = list(dict.fromkeys(group.values()))
     kept = [r for r in regions if _pays(r)]
@@ -151,17 +218,23 @@ def plan_regions(graph: Graph, max_nodes: int = MAX_NODES, max_inputs: int = MAX
     not_fused = []
     for r in regions:   # a region's first op that could not join its producer's, and why
         for n in (r.nodes if r in dissolved else r.nodes[:1]):
-            code, params = why.get(n, ("alone", {}) if r in dissolved else (None, {}))
+            alone = r in dissolved and n.op not in VIEWS   # a view alone: nothing it could have saved
+            code, params = why.get(n, ("alone", {}) if alone else (None, {}))
             if code:
                 not_fused.append(NotFused(n.name, n.op_type, code, REASONS[code].format(**params)))
     members = {n for r in kept for n in r.nodes}
     for n in order:   # ops of a kind regions take, refused; ops next to a region it cannot take
-        if n in members or n in candidates:
+        if n in members or n in group:
+            continue
+        if n in candidates:   # it fits no iteration space, even alone
+            code, params = why[n]
+            not_fused.append(NotFused(n.name, n.op_type, code, REASONS[code].format(**params)))
             continue
         opdef = lookup(n.domain, n.op_type)
         near = any(v is not None and v.producer in members for v in n.inputs) or \
             any(u in members for v in n.outputs for u in v.users)
-        if expression(n) is not None or (near and opdef is not None and opdef.op_class <= OpClass.REDUCTION):
+        if expression(n) is not None or is_row_op(n) or \
+                (near and opdef is not None and opdef.op_class <= OpClass.REDUCTION):
             code = _refusal(n) or "opaque"
             not_fused.append(NotFused(n.name, n.op_type, code, REASONS[code]))
     return RegionPlan(kept, not_fused)
@@ -169,17 +242,19 @@ def plan_regions(graph: Graph, max_nodes: int = MAX_NODES, max_inputs: int = MAX
 
 def _reads(n: Node, r: Region, group: dict[Node, Region]) -> set[int]:
     """The tensors n reads from outside region r (scalar constants are written into the code)."""
-    return {id(v) for v in n.inputs if v is not None and not _is_scalar_constant(v)
+    return {id(v) for v in n.inputs if v is not None and not _written_in(v)
             and (v.producer is None or group.get(v.producer) is not r)}
 
 
 def _pays(r: Region) -> bool:
-    """One kernel moving the region's inputs and outputs once beats its ops one by one."""
-    if len(r.nodes) < 2:
+    """One kernel moving the region's inputs and outputs once beats its ops one by one (a view
+    costs nothing one by one: a region must do the work of two ops to pay)."""
+    work = [n for n in r.nodes if n.op not in RESHAPES]
+    if len(work) < 2:
         return False
     ins, outs = _boundary(r.nodes)
     fused = LAUNCH_S + sum(nbytes(v) for v in ins + outs) / BANDWIDTH_BPS
-    return fused < seconds(r.nodes)
+    return fused < seconds(work)
 
 
 def _boundary(nodes: list[Node]) -> tuple[list[Value], list[Value]]:
@@ -203,13 +278,13 @@ def fuse_regions(graph: Graph, plan: RegionPlan) -> list[Node]:
 
 def _rewrite(graph: Graph, r: Region, k: int) -> Node:
     ins, outs = _boundary(r.nodes)
-    inputs = [v for v in ins if not _is_scalar_constant(v)]
+    inputs = [v for v in ins if not _written_in(v)]
     body = Graph(f"{r.kernel_name}_{k}", dict(graph.opset))
     copies: dict[int, Value] = {}
     for i, v in enumerate(inputs):
         copies[id(v)] = body.add_input(f"in{i}", v.shape, v.dtype)
     for v in ins:
-        if _is_scalar_constant(v):
+        if _written_in(v):
             copies[id(v)] = body.add_constant(body.fresh_name(v.name), v.const, v.dtype)
     for n in r.nodes:
         outs_copy = [Value(body.fresh_name(o.name), o.shape, o.dtype) for o in n.outputs]

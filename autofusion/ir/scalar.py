@@ -4,11 +4,13 @@ An entry maps a node and its operands — C float expressions, None for an omitt
 C float expression. Expressions call the C library's float functions and the helpers of
 backend/native/runtime/scalar.h (af_sigmoid, af_max, …), which give ONNX's semantics where the C
 library's differ (NaN propagates through Max, Min and Relu). An op with an entry can join an
-automatic fusion region; custom ops add theirs through `register_expression`.
+automatic fusion region; custom ops add theirs through `register_expression`. Row reductions and
+softmax (ROW_OPS, at the end) are templates: a reduction per row, then what follows it.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -91,8 +93,8 @@ _TABLE: dict[str, Expression] = {
     "Mish": lambda n, x: f"af_mish({x})",
     "Gelu": lambda n, x: f"af_gelu_tanh({x})" if n.attr("approximate") == "tanh" else f"af_gelu({x})",
     "Clip": _clip,
-    "Tanh": lambda n, x: f"tanhf({x})", "Erf": lambda n, x: f"erff({x})",
-    "Exp": lambda n, x: f"expf({x})", "Log": lambda n, x: f"logf({x})",
+    "Tanh": lambda n, x: f"af_tanh({x})", "Erf": lambda n, x: f"erff({x})",
+    "Exp": lambda n, x: f"af_exp({x})", "Log": lambda n, x: f"logf({x})",
     "Sqrt": lambda n, x: f"sqrtf({x})", "Reciprocal": lambda n, x: f"(1.f / {x})",
     "Neg": lambda n, x: f"(-{x})", "Abs": lambda n, x: f"fabsf({x})",
     "Floor": lambda n, x: f"floorf({x})", "Ceil": lambda n, x: f"ceilf({x})",
@@ -109,3 +111,37 @@ _TABLE: dict[str, Expression] = {
 for _op, _expr in _TABLE.items():
     register_expression(_op, _expr)
 del _op, _expr
+
+
+# ---- row reductions ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RowOp:
+    """A row op as a generated kernel computes it: per row, each reduction combines ("sum",
+    "max", "min") one term per element, `{x}` the element and `{r0}`, `{r1}` the earlier
+    reductions' results; then `result`, of those, `{x}` and `{n}` (elements per row): one value
+    per row, or one per element where it reads `{x}` (softmax). All in float32; max and min
+    propagate NaN (af_max), as PyTorch and the ONNX reference do."""
+    reductions: tuple[tuple[str, str], ...]
+    result: str
+
+
+_SUM, _MAX = (("sum", "{x}"),), (("max", "{x}"),)
+_EXP_SUM = (("max", "{x}"), ("sum", "af_exp({x} - {r0})"))
+ROW_OPS: dict[str, RowOp] = {
+    "ReduceSum": RowOp(_SUM, "{r0}"),
+    "ReduceMean": RowOp(_SUM, "({r0} / {n})"),
+    "ReduceMax": RowOp(_MAX, "{r0}"),
+    "ReduceMin": RowOp((("min", "{x}"),), "{r0}"),
+    "ReduceSumSquare": RowOp((("sum", "({x} * {x})"),), "{r0}"),
+    "ReduceL1": RowOp((("sum", "fabsf({x})"),), "{r0}"),
+    "ReduceL2": RowOp((("sum", "({x} * {x})"),), "sqrtf({r0})"),
+    "ReduceLogSum": RowOp(_SUM, "logf({r0})"),
+    # the max taken out where finite, as torch.logsumexp does: an infinite max stays itself
+    "ReduceLogSumExp": RowOp((("max", "{x}"), ("sum", "af_exp({x} - af_finite_or_zero({r0}))")),
+                             "(logf({r1}) + af_finite_or_zero({r0}))"),
+    "GlobalAveragePool": RowOp(_SUM, "({r0} / {n})"),
+    "GlobalMaxPool": RowOp(_MAX, "{r0}"),
+    "Softmax": RowOp(_EXP_SUM, "(af_exp({x} - {r0}) / {r1})"),
+    "LogSoftmax": RowOp(_EXP_SUM, "(({x} - {r0}) - logf({r1}))"),
+}

@@ -1,7 +1,9 @@
 """Generated kernels: an automatic fusion region → one C++ loop nest over its iteration space.
 
-    shape     the region's iteration space S (every value of the body broadcasts to it); each
-              operand, input or output, gets strides over S (0 along the axes it broadcasts)
+    space     the region's iteration space S and how each value of the body maps onto it
+              (ir/region_space.py): each operand, input or output, gets strides over S (0 along
+              the axes it is broadcast along, out of order where it is transposed); a reshape or
+              transpose in the body is only a new name for the same element
     collapse  adjacent axes every operand walks contiguously merge into one, and unit axes go,
               so [1,64,112,112] with a [1,64,1,1] scale is two loops: 64 × 12544
     loops     the outer axes in one OpenMP loop where the space is large enough to pay for
@@ -11,42 +13,50 @@
               is stored where the axes it broadcasts along are at 0: each element once; one
               constant along the innermost axis after the vector loop, from its first element
 
-All arithmetic is float32. Sizes are static (native partitions are specialised per shape).
+A region with reductions (softmax, a norm written out, a mean) is a row kernel: the axes before
+the region's `rows` are rows, those after are one row's columns (each collapsed apart). Per row,
+in an outer loop (OpenMP over rows where the space is large enough):
+
+    passes    one vectorised pass over the row per level of reductions (`omp simd reduction`):
+              a reduction goes in the first pass after the ones its input depends on, so a
+              softmax is three passes (max, sum of exp, store), a LayerNorm written out three
+              (mean, variance, store), mean and mean of squares one; then a last pass computes
+              and stores what varies along the row
+    prologue  what a pass needs of the ops before it is recomputed in that pass from the
+              region's inputs, not kept in a row buffer: it is a few flops per element against a
+              row that is still in cache, and a buffer would be memory traffic the fusion exists
+              to save (a softmax computes exp twice per element for it)
+    per row   values constant along the row (the reductions' results, what is computed from
+              them) are computed once per row between the passes, and stored once per row
+
+All arithmetic is float32, reductions accumulate in float32; max and min propagate NaN. Sizes
+are static (native partitions are specialised per shape).
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from ...ir import DType, Graph, Node
+from ...ir import DType, Node
 from ...ir.builder import fused
-from ...ir.dims import broadcast_shapes
 from ...ir.fused_ops import typed_body
-from ...ir.scalar import c_float, expression
+from ...ir.region_space import VIEWS, LayoutError, Space, data_inputs
+from ...ir.scalar import ROW_OPS, c_float, expression
 from .emit import PartitionSource
 from .impls import native
 
 PARALLEL_ELEMENTS = 1 << 15   # below this, one thread is faster than waking the others
+INIT = {"sum": "0.f", "max": "(-af::inf)", "min": "af::inf"}
+COMBINE = {"sum": "{acc} += {x};", "max": "{acc} = af_max({acc}, {x});",
+           "min": "{acc} = af_min({acc}, {x});"}
+CLAUSE = {"sum": "+", "max": "af_max", "min": "af_min"}   # the omp reductions (scalar.h)
 
 
 @dataclass
 class Operand:
     name: str                 # in0 / out1
     strides: list[int]        # over the iteration space, 0 along broadcast axes
-
-
-def iteration_space(body: Graph) -> tuple[int, ...]:
-    return tuple(broadcast_shapes(*(v.shape for n in body.nodes for v in n.outputs)))
-
-
-def strides_over(shape: tuple, space: tuple) -> list[int]:
-    """The strides of a dense row-major `shape` broadcast to `space` (right-aligned)."""
-    shape = (1,) * (len(space) - len(shape)) + tuple(shape)
-    out, step = [0] * len(space), 1
-    for d in range(len(space) - 1, -1, -1):
-        out[d] = step if shape[d] != 1 else 0
-        step *= shape[d]
-    return out
+    value: str = ""           # the C variable an input's element is loaded into (x0, x0_1)
 
 
 def collapse(space: list[int], operands: list[list[int]]) -> tuple[list[int], list[list[int]]]:
@@ -71,33 +81,64 @@ def refusal(node: Node) -> str | None:
         body = typed_body(node)
     except (ValueError, KeyError, TypeError) as e:
         return f"its body cannot be typed for these inputs: {e}"
-    for v in [*body.inputs, *(o for n in body.nodes for o in n.outputs)]:
+    for v in [*body.inputs, *(v for n in body.nodes for v in [*data_inputs(n), n.outputs[0]])]:
+        if v is None:
+            continue
         if v.dtype != DType.FLOAT:
             return f"{v.name!r} is not float32"
         if not v.is_static:
             return f"{v.name!r} has shape {v.type_str()}: generated kernels need static shapes"
     for v in body.constants.values():
-        if v.const.size != 1:
+        if v.const.size != 1 and v.dtype == DType.FLOAT:
             return f"its constant {v.name!r} is not a scalar"
     for n in body.nodes:
-        if expression(n) is None:
+        if expression(n) is None and n.op not in ROW_OPS and n.op not in VIEWS:
             return f"{n.op} has no scalar expression"
     try:
-        iteration_space(body)
-    except ValueError as e:
-        return str(e)
+        Space.of(body.nodes)
+    except LayoutError as e:
+        return f"its body is not one iteration space: {e}"
     return None
+
+
+class _Body:
+    """A typed body laid out over its space: the operands, and a C name per value."""
+
+    def __init__(self, node: Node):
+        self.body = body = typed_body(node)
+        self.space = space = Space.of(body.nodes)
+        self.sizes = space.sizes
+        self.names: dict[int, str] = {id(v): c_float(v.const.reshape(-1)[0]) for v in body.constants.values()
+                                      if v.const.size == 1 and v.dtype == DType.FLOAT}
+        index = {id(v): i for i, v in enumerate(body.inputs)}
+        loads: dict[tuple[int, tuple], Operand] = {}
+        self.reads: dict[tuple[int, int], str] = {}   # (node position, input) → its load
+        for k, n in enumerate(body.nodes):
+            for i, v in enumerate(data_inputs(n)):
+                if v is None or id(v) not in index:
+                    continue
+                key = (index[id(v)], space.operand_strides(n, i))
+                if key not in loads:   # one load per input and alignment (x0, x0_1 transposed)
+                    same = sum(1 for j, _ in loads if j == key[0])
+                    name = f"x{key[0]}" + (f"_{same}" if same else "")
+                    loads[key] = Operand(f"in{key[0]}", list(key[1]), name)
+                self.reads[(k, i)] = loads[key].value
+        self.ins = sorted(loads.values(), key=lambda o: (int(o.name[2:]), o.value))
+        self.outs = [Operand(f"out{j}", list(space.value_strides(v))) for j, v in enumerate(body.outputs)]
+
+    def operand(self, k: int, i: int, v) -> str | None:
+        return None if v is None else self.reads.get((k, i)) or self.names[id(v)]
 
 
 def kernel_source(node: Node, fn: str) -> str:
     """The C++ function `fn(in, out)` computing the region node."""
-    body = typed_body(node)
-    space = list(iteration_space(body))
-    names: dict[int, str] = {}
-    for v in body.constants.values():
-        names[id(v)] = c_float(v.const.reshape(-1)[0])
-    ops = [Operand(f"in{i}", strides_over(v.shape, space)) for i, v in enumerate(body.inputs)]
-    outs = [Operand(f"out{j}", strides_over(v.shape, space)) for j, v in enumerate(body.outputs)]
+    b = _Body(node)
+    return _row_source(node, b, fn) if b.space.rows is not None else _loop_nest_source(node, b, fn)
+
+
+def _loop_nest_source(node: Node, b: _Body, fn: str) -> str:
+    body, space = b.body, list(b.sizes)
+    ops, outs = b.ins, b.outs
     sizes, strides = collapse(space, [o.strides for o in ops + outs])
     for o, s in zip(ops + outs, strides):
         o.strides = s
@@ -110,21 +151,20 @@ def kernel_source(node: Node, fn: str) -> str:
         return f"{o.name}[{' + '.join(terms) or '0'}]"
 
     def compute(index: dict[str, str]) -> list[str]:
-        lines = [f"const float x{i} = {at(o, index)};" for i, o in enumerate(ops)]
+        lines = [f"const float {o.value} = {at(o, index)};" for o in ops]
         for k, n in enumerate(body.nodes):
-            args = [None if v is None else names[id(v)] for v in n.inputs]
+            if n.op in VIEWS:
+                continue
+            args = [b.operand(k, i, v) for i, v in enumerate(n.inputs)]
             lines.append(f"const float t{k} = {expression(n)(n, *args)};   // {n.op_type}")
         return lines
 
     def store(v, o: Operand, index: dict[str, str]) -> str:
-        line = f"{at(o, index)} = {names[id(v)]};"
+        line = f"{at(o, index)} = {b.names[id(v)]};"
         once = [f"{i} == 0" for i, s, n in zip(idx, o.strides, sizes) if s == 0 and n > 1 and i not in index]
         return f"if ({' && '.join(once)}) {line}" if once else line
 
-    for i, v in enumerate(body.inputs):
-        names[id(v)] = f"x{i}"
-    for k, n in enumerate(body.nodes):
-        names[id(n.outputs[0])] = f"t{k}"
+    _name_values(b)
     # outputs constant along the inner axis are stored after the vector loop, from its first
     # element recomputed, so no store in the vector loop is conditional on the inner index
     inner_const = [o.strides[inner] == 0 and sizes[inner] > 1 for o in outs]
@@ -136,10 +176,7 @@ def kernel_source(node: Node, fn: str) -> str:
             ["  " + store(v, o, first) for v, o, c in zip(body.outputs, outs, inner_const) if c] + ["}"]
 
     numel = math.prod(sizes)
-    lines = [f"// {node.attrs['kernel']}: {len(body.nodes)} op(s) over {list(space)}",
-             f"static void {fn}(const float* const* in, float* const* out) {{"]
-    lines += [f"  const float* in{i} = in[{i}];" for i in range(len(ops))]
-    lines += [f"  float* out{j} = out[{j}];" for j in range(len(outs))]
+    lines = _header(node, b, fn)
     pad = "  "
     if numel >= PARALLEL_ELEMENTS:
         lines.append(pad + (f"#pragma omp parallel for collapse({inner}) schedule(static)" if inner > 1
@@ -155,6 +192,182 @@ def kernel_source(node: Node, fn: str) -> str:
     lines.append(pad + "}")
     lines += [pad + line for line in tail_lines]
     for d in range(rank - 1, 0, -1):
+        pad = pad[:-2]
+        lines.append(pad + "}")
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def _name_values(b: _Body) -> None:
+    """t<k> for node k's output; a reshape's output is its input's name."""
+    for k, n in enumerate(b.body.nodes):
+        b.names[id(n.outputs[0])] = b.operand(k, 0, n.inputs[0]) if n.op in VIEWS else f"t{k}"
+
+
+def _header(node: Node, b: _Body, fn: str) -> list[str]:
+    lines = [f"// {node.attrs['kernel']}: {len(b.body.nodes)} op(s) over {list(b.sizes)}",
+             f"static void {fn}(const float* const* in, float* const* out) {{"]
+    lines += [f"  const float* in{i} = in[{i}];" for i in range(len(b.body.inputs))]
+    lines += [f"  float* out{j} = out[{j}];" for j in range(len(b.outs))]
+    return lines
+
+
+# ---- row kernels ------------------------------------------------------------------------------
+
+@dataclass
+class _Step:
+    """One value a row kernel computes: per element of the row (`col`) or once per row."""
+    name: str
+    line: str                       # its C definition
+    col: bool
+    ready: int                      # the first pass that can compute it (after its reductions)
+    deps: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Reduction:
+    acc: str
+    combine: str
+    term: str                        # the step whose value is combined
+    pass_: int
+
+
+def _row_steps(b: _Body, varies) -> tuple[dict[str, _Step], list[_Reduction]]:
+    """The body as steps and reductions, in order; `varies(lift)` says if a value varies along
+    the row."""
+    steps: dict[str, _Step] = {}
+    reductions: list[_Reduction] = []
+
+    def add(name, line, col, deps):
+        known = [d for d in deps if d in steps]
+        ready = max([steps[d].ready for d in known], default=0)
+        steps[name] = _Step(name, line, col, ready, known)
+        return name
+
+    for o in b.ins:
+        add(o.value, None, varies(tuple(n if s else 1 for n, s in zip(b.sizes, o.strides))), [])
+    n_cols = math.prod(b.sizes[s] for s in b.space.columns())
+    for k, n in enumerate(b.body.nodes):
+        out = n.outputs[0]
+        if n.op in VIEWS:
+            b.names[id(out)] = b.operand(k, 0, n.inputs[0])
+            continue
+        col = varies(b.space.lift_of(out))
+        args = [b.operand(k, i, v) for i, v in enumerate(data_inputs(n))]
+        if n.op not in ROW_OPS:
+            b.names[id(out)] = add(f"t{k}", f"{expression(n)(n, *args)};   // {n.op_type}", col,
+                                   [a for a in args if a])
+            continue
+        row_op, x, results = ROW_OPS[n.op], args[0], {}
+        for j, (combine, term) in enumerate(row_op.reductions):
+            text = term.format(x=x, **results)
+            if text != x:
+                add(f"t{k}_{j}", f"{text};", True, [x, *results.values()])
+                text = f"t{k}_{j}"
+            deps = [text]
+            p = steps[text].ready if text in steps else 0
+            acc = f"a{k}_{j}"
+            reductions.append(_Reduction(acc, combine, text, p))
+            steps[acc] = _Step(acc, None, False, p + 1, deps)
+            results[f"r{j}"] = acc
+        line = row_op.result.format(x=x, n=c_float(n_cols), **results)
+        b.names[id(out)] = add(f"t{k}", f"{line};   // {n.op_type}", col, [x, *results.values()])
+    return steps, reductions
+
+
+def _row_source(node: Node, b: _Body, fn: str) -> str:
+    body, k = b.body, b.space.rows
+    ops, outs = b.ins, b.outs
+    row_sizes, row_strides = collapse(b.sizes[:k], [o.strides[:k] for o in ops + outs])
+    col_sizes, col_strides = collapse(b.sizes[k:], [o.strides[k:] for o in ops + outs])
+    ridx = [f"r{d}" for d in range(len(row_sizes))]
+    cidx = [f"c{d}" for d in range(len(col_sizes))]
+    pos = {id(o): j for j, o in enumerate(ops + outs)}
+
+    def at(o: Operand) -> str:
+        j = pos[id(o)]
+        terms = [f"{i} * {s}" if s != 1 else i
+                 for i, s in [*zip(ridx, row_strides[j]), *zip(cidx, col_strides[j])] if s]
+        return f"{o.name}[{' + '.join(terms) or '0'}]"
+
+    def varies_on_row(lift) -> bool:
+        return any(lift[s] != 1 and b.sizes[s] != 1 for s in range(k, len(b.sizes)))
+
+    steps, reductions = _row_steps(b, varies_on_row)
+    loads = {o.value: o for o in ops}
+
+    def define(name: str) -> str:
+        s = steps[name]
+        return f"const float {name} = {at(loads[name]) + ';' if name in loads else s.line}"
+
+    def closure(targets: list[str]) -> list[str]:
+        """The per-element steps targets need, in order."""
+        need, todo = set(), [t for t in targets if t in steps and steps[t].col]
+        while todo:
+            t = todo.pop()
+            if t not in need:
+                need.add(t)
+                todo += [d for d in steps[t].deps if steps[d].col]
+        return [n for n in steps if n in need]
+
+    def once(o: Operand, inner: bool) -> str:
+        j = pos[id(o)]
+        zero = [i for i, s, n in zip(ridx, row_strides[j], row_sizes) if s == 0 and n > 1]
+        if inner:
+            zero += [i for i, s, n in zip(cidx, col_strides[j], col_sizes) if s == 0 and n > 1]
+        return f"if ({' && '.join(f'{i} == 0' for i in zero)}) " if zero else ""
+
+    def col_loops(pad: str, lines_inner: list[str], clause: str) -> list[str]:
+        out, p = [], pad
+        for d, n in enumerate(col_sizes):
+            if d == len(col_sizes) - 1:
+                out.append(p + "#pragma omp simd" + clause)
+            out.append(f"{p}for (int64_t {cidx[d]} = 0; {cidx[d]} < {n}; ++{cidx[d]}) {{")
+            p += "  "
+        out += [p + line for line in lines_inner]
+        for _ in col_sizes:
+            p = p[:-2]
+            out.append(p + "}")
+        return out
+
+    col_outs = [(v, o) for v, o in zip(body.outputs, outs) if steps[b.names[id(v)]].col]
+    row_outs = [(v, o) for v, o in zip(body.outputs, outs) if not steps[b.names[id(v)]].col]
+    passes = max([r.pass_ for r in reductions], default=-1) + 1
+    rows, cols = math.prod(row_sizes), math.prod(col_sizes)
+
+    lines = _header(node, b, fn)
+    lines[0] += f", {rows} row(s) of {cols}"
+    pad = "  "
+    if rows > 1 and rows * cols >= PARALLEL_ELEMENTS:
+        lines.append(pad + "#pragma omp parallel for" + (f" collapse({len(ridx)})" if len(ridx) > 1 else "")
+                     + " schedule(static)")
+    for d, n in enumerate(row_sizes):
+        lines.append(f"{pad}for (int64_t {ridx[d]} = 0; {ridx[d]} < {n}; ++{ridx[d]}) {{")
+        pad += "  "
+    done: set[str] = set()
+
+    def per_row(ready: int) -> list[str]:
+        made = [n for n, s in steps.items() if not s.col and n not in done and s.ready <= ready
+                and not n.startswith("a")]
+        done.update(made)
+        return [define(n) for n in made]
+
+    for p in range(passes):
+        lines += [pad + line for line in per_row(p)]
+        mine = [r for r in reductions if r.pass_ == p]
+        lines += [f"{pad}float {r.acc} = {INIT[r.combine]};" for r in mine]
+        inner = [define(n) for n in closure([r.term for r in mine])] + \
+            [COMBINE[r.combine].format(acc=r.acc, x=r.term) for r in mine]
+        clause = "".join(f" reduction({CLAUSE[c]} : {', '.join(r.acc for r in mine if r.combine == c)})"
+                         for c in CLAUSE if any(r.combine == c for r in mine))
+        lines += col_loops(pad, inner, clause)
+    lines += [pad + line for line in per_row(passes)]
+    if col_outs:
+        inner = [define(n) for n in closure([b.names[id(v)] for v, _ in col_outs])] + \
+            [f"{once(o, True)}{at(o)} = {b.names[id(v)]};" for v, o in col_outs]
+        lines += col_loops(pad, inner, "")
+    lines += [f"{pad}{once(o, False)}{at(o)} = {b.names[id(v)]};" for v, o in row_outs]
+    for _ in row_sizes:
         pad = pad[:-2]
         lines.append(pad + "}")
     lines.append("}")
