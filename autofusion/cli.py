@@ -167,6 +167,7 @@ def cmd_info(args) -> int:
     from .backend import KERNELS
     from .frontend import load_model
     from .frontend.onnx_import import value_type
+    from .frontend.onnx_runtime_groups import bodies_run_here
     from .ir import op_key
 
     model = load_model(args.model)
@@ -192,12 +193,14 @@ def cmd_info(args) -> int:
     print(f"constants: {len(inits)} initializers, {size / 1e6:.1f} MB")
     hist: dict[str, int] = {}
     elsewhere: dict[str, list[str]] = {}   # ops without a kernel here: ONNX Runtime runs them
+    types = {vi.name: vi.type for vi in [*g.value_info, *g.input, *g.output]}
+    opset = next((i.version for i in model.opset_import if i.domain in ("", "ai.onnx")), 21)
     for i, n in enumerate(g.node):
         key = op_key(n.domain, n.op_type)
         hist[key] = hist.get(key, 0) + 1
         subgraph = any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
-                       for a in n.attribute)
-        if (key not in KERNELS or subgraph) and key != "Constant":
+                       for a in n.attribute)   # If, Loop, Scan run here unless a body cannot
+        if (key not in KERNELS or subgraph and not bodies_run_here(n, types, opset)) and key != "Constant":
             elsewhere.setdefault(key, []).append(n.name or f"#{i}")
     print("operators:")
     for key, count in sorted(hist.items(), key=lambda kv: (-kv[1], kv[0])):

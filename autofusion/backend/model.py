@@ -167,6 +167,9 @@ class CompiledModel:
         return list(outs), False
 
     def _check_input(self, v: Value, a: Array) -> torch.Tensor:
+        if a is None:   # an empty optional: the IR holds an optional input as its tensor
+            raise InputError(f"input {v.name!r}: got None; autofusion needs a tensor for every "
+                             "input (an optional one included)")
         if isinstance(a, torch.Tensor):
             t = a
             _check_size(v, tuple(t.shape), t.numel() * t.element_size())

@@ -9,6 +9,10 @@ body is the node's decomposition into standard ops. Each fused node gets its own
 overload (ONNX IR 10), named after the node, so its attributes and constants are its own. ONNX
 Runtime and Netron open and run the file through the bodies; autofusion reads the fused nodes
 back as fused nodes (an automatic fusion region takes its body back from its function).
+
+If, Loop and Scan are written with their bodies as ONNX subgraphs (fused nodes inside them as
+function calls too); a body's captured inputs go back to reads of the outer values by name, and
+a body's own names are made unique across the model (ONNX's scoping wants no shadowing).
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..ir import FUSED_DOMAIN, DType, Graph, Node, Value
+from ..ir.control_flow import bodies, formal_count, is_control_flow
 from ..ir.fused_ops import decompose
 from ..ir.onnx_runtime_call import ORT_KEY
 
@@ -55,11 +60,94 @@ def _attribute(node: Node, key: str, value, opset: dict[str, int]) -> onnx.Attri
     return helper.make_attribute(key, value)
 
 
-def _node_proto(n: Node, opset: dict[str, int]) -> onnx.NodeProto:
-    proto = helper.make_node(n.op_type, [v.name if v is not None else "" for v in n.inputs],
-                             [v.name for v in n.outputs], name=n.name, domain=n.domain or None)
+def _own_name(v: Value) -> str:
+    return v.name
+
+
+def _node_proto(n: Node, opset: dict[str, int], name=_own_name) -> onnx.NodeProto:
+    """The node as ONNX writes it, each value named by `name` (a body renames some)."""
+    proto = helper.make_node(n.op_type, [name(v) if v is not None else "" for v in n.inputs],
+                             [name(v) for v in n.outputs], name=n.name, domain=n.domain or None)
     proto.attribute.extend(_attribute(n, k, a, opset) for k, a in _plain_attrs(n).items())
     return proto
+
+
+def _graph_nodes(graph: Graph, functions: list[onnx.FunctionProto], taken: set[str],
+                 name=_own_name) -> list[onnx.NodeProto]:
+    """The graph's nodes as ONNX nodes; each fused node's function, and the functions an
+    OnnxRuntimeCall's nodes call, added to `functions`; `taken`: the names the enclosing scopes
+    define (a body's own must differ)."""
+    nodes = []
+    for n in graph.nodes:
+        if n.op == ORT_KEY:
+            protos, called = _onnx_runtime_nodes(n)
+            nodes.extend(protos)
+            have = {(f.domain, f.name, f.overload) for f in functions}
+            functions.extend(f for f in called if (f.domain, f.name, f.overload) not in have)
+            continue
+        if is_control_flow(n):
+            nodes.append(_control_flow_proto(n, graph.opset, functions, name, taken))
+            continue
+        proto = _node_proto(n, graph.opset, name)
+        if n.domain == FUSED_DOMAIN:
+            proto.overload = f"{n.op_type}_{len(functions)}"
+            functions.append(_function(n, proto.overload))
+        nodes.append(proto)
+    return nodes
+
+
+def _control_flow_proto(n: Node, opset: dict[str, int], functions: list[onnx.FunctionProto],
+                        name, taken: set[str]) -> onnx.NodeProto:
+    """If, Loop or Scan with its ONNX inputs (not the captured ones) and its bodies as subgraphs."""
+    formal = formal_count(n)
+    proto = helper.make_node(n.op_type, [name(v) if v is not None else "" for v in n.inputs[:formal]],
+                             [name(v) for v in n.outputs], name=n.name)
+    outer = [name(v) for v in n.inputs[formal:]]
+    proto.attribute.extend(_attribute(n, k, a, opset) for k, a in _plain_attrs(n).items() if k != "captured")
+    for key, body in bodies(n):
+        proto.attribute.append(helper.make_attribute(key, _body_proto(body, outer, functions, taken)))
+    return proto
+
+
+def _body_proto(body: Graph, outer: list[str], functions: list[onnx.FunctionProto],
+                taken: set[str]) -> onnx.GraphProto:
+    """A body as an ONNX subgraph: its captured inputs read the outer values (named `outer`),
+    its own values named apart from every name already taken."""
+    formal = len(body.inputs) - len(outer)
+    names = {id(v): o for v, o in zip(body.inputs[formal:], outer)}
+
+    def own(v: Value) -> None:
+        fresh, k = v.name, 0
+        while fresh in taken:
+            k += 1
+            fresh = f"{v.name}_{k}"
+        taken.add(fresh)
+        names[id(v)] = fresh
+    for v in [*body.inputs[:formal], *body.constants.values(), *(o for m in body.nodes for o in m.outputs)]:
+        own(v)
+
+    def name(v: Value) -> str:
+        return names[id(v)]
+    nodes = _graph_nodes(body, functions, taken, name)
+    outputs, written = [], set()
+    for k, v in enumerate(body.outputs):
+        # an ONNX body output is a value the body computes, once: an input, a constant or a
+        # value given twice goes out through an Identity
+        if v.producer is None or id(v) in written:
+            out = Value(v.name, v.shape, v.dtype)
+            own(out)
+            nodes.append(helper.make_node("Identity", [name(v)], [name(out)], name=f"{name(out)}/out{k}"))
+            v = out
+        written.add(id(v))
+        outputs.append(helper.make_tensor_value_info(name(v), int(v.dtype or 0), v.shape))
+    inner = [v for m in body.nodes for v in m.outputs if v.dtype is not None and id(v) not in written]
+    return helper.make_graph(
+        nodes, body.name,
+        inputs=[helper.make_tensor_value_info(name(v), int(v.dtype or 0), v.shape) for v in body.inputs[:formal]],
+        outputs=outputs,
+        initializer=[_tensor(name(v), v.const, v.dtype) for v in body.constants.values()
+                     if v.uses or any(o is v for o in body.outputs)],
+        value_info=[helper.make_tensor_value_info(name(v), int(v.dtype), v.shape) for v in inner])
 
 
 def _plain_attrs(n: Node) -> dict:
@@ -107,19 +195,8 @@ def _onnx_runtime_nodes(n: Node) -> tuple[list[onnx.NodeProto], list[onnx.Functi
 def export_onnx(graph: Graph, path: str | os.PathLike | None = None, *,
                 producer: str = "autofusion") -> onnx.ModelProto:
     """Write the graph as an ONNX model (to `path` if given) and return the ModelProto."""
-    nodes, functions = [], []
-    for n in graph.nodes:
-        if n.op == ORT_KEY:
-            protos, called = _onnx_runtime_nodes(n)
-            nodes.extend(protos)
-            have = {(f.domain, f.name, f.overload) for f in functions}
-            functions.extend(f for f in called if (f.domain, f.name, f.overload) not in have)
-            continue
-        proto = _node_proto(n, graph.opset)
-        if n.domain == FUSED_DOMAIN:
-            proto.overload = f"{n.op_type}_{len(functions)}"
-            functions.append(_function(n, proto.overload))
-        nodes.append(proto)
+    functions: list[onnx.FunctionProto] = []
+    nodes = _graph_nodes(graph, functions, {v.name for v in graph.values()})
     inner = [v for n in graph.nodes for v in n.outputs
              if v.dtype is not None and all(v is not o for o in graph.outputs)]
     g = helper.make_graph(

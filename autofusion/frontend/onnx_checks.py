@@ -52,22 +52,31 @@ def check_nodes(model: onnx.ModelProto, where: str) -> None:
     """ONNX's own check of each standard node against its operator's schema at the model's
     opset, as ONNX Runtime makes it: the op exists there, the attributes are known and of the
     right type, the required ones are given, the inputs and outputs are as many as it takes;
-    then flags and modes. (A node with a subgraph is left to ONNX Runtime, which runs it.)"""
+    then flags and modes. The nodes inside If, Loop and Scan bodies too (autofusion runs them);
+    the node with a subgraph itself is left to ONNX's inference, which checks it in its scope."""
     ctx = onnx.checker.C.CheckerContext()
     ctx.ir_version = model.ir_version
     ctx.opset_imports = {i.domain: i.version for i in model.opset_import}
     for i, n in enumerate(model.graph.node):
-        if n.domain not in ("", "ai.onnx.ml") or any(a.HasField("g") or a.graphs for a in n.attribute):
-            continue
-        try:
-            onnx.checker.check_node(n, ctx)
-            why = next(filter(None, (_attribute_problem(n.op_type, a) for a in n.attribute)), None)
-        except onnx.checker.ValidationError as e:
-            why = str(e).split("\n")[0]
-            if "is deprecated" in why:   # still runs (ONNX Runtime runs GroupNormalization-18)
-                continue
-        if why:
-            raise ModelLoadError(f"{where}node {n.name or f'#{i}'!r} ({n.op_type}): {why}")
+        _check_node(n, n.name or f"#{i}", ctx, where)
+
+
+def _check_node(n: onnx.NodeProto, label: str, ctx, where: str) -> None:
+    subgraphs = [g for a in n.attribute for g in ([a.g] if a.HasField("g") else a.graphs)]
+    for g in subgraphs:
+        for k, m in enumerate(g.node):
+            _check_node(m, m.name or f"#{k} of {g.name or 'the body'} in {label}", ctx, where)
+    if n.domain not in ("", "ai.onnx.ml") or subgraphs:
+        return
+    try:
+        onnx.checker.check_node(n, ctx)
+        why = next(filter(None, (_attribute_problem(n.op_type, a) for a in n.attribute)), None)
+    except onnx.checker.ValidationError as e:
+        why = str(e).split("\n")[0]
+        if "is deprecated" in why:   # still runs (ONNX Runtime runs GroupNormalization-18)
+            return
+    if why:
+        raise ModelLoadError(f"{where}node {label!r} ({n.op_type}): {why}")
 
 
 def _attribute_problem(op_type: str, a: onnx.AttributeProto) -> str | None:

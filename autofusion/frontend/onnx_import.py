@@ -3,8 +3,9 @@
 Reads a path or ModelProto, runs ONNX's own shape inference (with data propagation, so shape
 arithmetic resolves where it can), and maps every ONNX construct onto the IR one to one:
 initializers and Constant nodes become constant Values, value_info gives each edge its shape and
-dtype, an omitted optional input becomes None. The nodes without a kernel here (an op missing
-from the op table, a subgraph, a sequence) become OnnxRuntimeCall nodes, one per connected group
+dtype, an omitted optional input becomes None; If, Loop and Scan bring their bodies as IR
+graphs (onnx_subgraphs.py). The nodes without a kernel here (an op missing from the op table, a
+subgraph holding one, a sequence) become OnnxRuntimeCall nodes, one per connected group
 (onnx_runtime_groups.py); a strict import reports them all together in one UnsupportedOpError.
 
 Two spellings exporters use are read as what they mean. The domain "ai.onnx" is the default
@@ -28,9 +29,13 @@ from ..errors import GraphError, ModelLoadError, UnsupportedOpError
 from ..ir import FUSED_DOMAIN, DType, Graph, Value, lookup, op_key
 from ..ir.builder import infer_types
 from ..ir.onnx_runtime_call import ORT_DOMAIN
+from .legacy import per_channel_slopes
 from .onnx_checks import check_input_types, check_nodes, check_rules, check_text
-from .onnx_runtime_groups import call_attributes, group_for_onnx_runtime
+from .onnx_runtime_groups import call_attributes, group_for_onnx_runtime, non_tensor_nodes
+from .onnx_subgraphs import import_bodies, is_subgraph
+from .optionals import OPTIONAL_OPS, optionals_to_tensors
 from .sequences import SEQUENCE_OPS, sequences_to_split
+from .untyped_ops import type_uninferred_outputs
 
 
 def load_model(source: str | os.PathLike | onnx.ModelProto) -> onnx.ModelProto:
@@ -104,7 +109,7 @@ def _infer_shapes(model: onnx.ModelProto, where: str) -> onnx.ModelProto:
             lg.initializer.append(t)
     lengths = _hide_long_lengths(lg)
     try:
-        inferred = onnx.shape_inference.infer_shapes(light, strict_mode=True, data_prop=True)
+        inferred = _strict_inference(light)
     except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as e:
         raise ModelLoadError(f"{where}the model is inconsistent (ONNX shape inference failed): "
                              f"{e}") from None
@@ -120,6 +125,18 @@ def _infer_shapes(model: onnx.ModelProto, where: str) -> onnx.ModelProto:
     del g.output[:]
     g.output.extend(inferred.graph.output)
     return model
+
+
+def _strict_inference(model: onnx.ModelProto) -> onnx.ModelProto:
+    """ONNX's strict inference; where it fails on the consumers of an op whose schema has no
+    inference function (Scaler, TreeEnsembleRegressor), again with that op's outputs typed
+    from its schema (untyped_ops.py)."""
+    try:
+        return onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+    except onnx.shape_inference.InferenceError:
+        if not type_uninferred_outputs(model):
+            raise
+    return onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
 
 
 def _hide_long_lengths(g: onnx.GraphProto) -> dict[str, int]:
@@ -298,18 +315,24 @@ def import_onnx(source: str | os.PathLike | onnx.ModelProto, strict: bool = Fals
     where = "" if isinstance(source, onnx.ModelProto) else f"{source}: "
     unsupported = [(op_key(n.domain, n.op_type), n.name or f"#{i}")
                    for i, n in enumerate(model.graph.node)
-                   if lookup(n.domain, n.op_type) is None and n.op_type not in SEQUENCE_OPS]
+                   if lookup(n.domain, n.op_type) is None and n.op_type not in SEQUENCE_OPS | OPTIONAL_OPS]
     if unsupported and strict:
         raise UnsupportedOpError(unsupported)
     check_nodes(model, where)
     _check_defined(model.graph, where)
     _name_free_dims(model.graph)
     model = _infer_shapes(model, where)
+    per_channel_slopes(model)
+    unsupported = [(f"{op} (an optional of a sequence)", name) for op, name in optionals_to_tensors(model, where)]
+    if unsupported and strict:
+        raise UnsupportedOpError(unsupported)
     unsupported = sequences_to_split(model)
     if unsupported and strict:
         raise UnsupportedOpError([(f"{op} (a tensor sequence)", name) for op, name in unsupported])
     if not strict:
         group_for_onnx_runtime(model)
+    elif non_tensor_nodes(model):
+        raise UnsupportedOpError(non_tensor_nodes(model))
     g = model.graph
     opset = {imp.domain: imp.version for imp in model.opset_import}
     graph = Graph(g.name or "main", opset)
@@ -341,27 +364,7 @@ def import_onnx(source: str | os.PathLike | onnx.ModelProto, strict: bool = Fals
                 values.update((v.name, v) for v in outs)
                 graph.add_node(n.op_type, [named(x) for x in n.input], outs, attrs, name, n.domain, origin)
                 continue
-            try:
-                attrs = {a.name: attribute_value(a, f"{where}{name}") for a in n.attribute}
-            except NotImplementedError:
-                raise UnsupportedOpError([(op_key(n.domain, n.op_type) + " with a subgraph", name)]) from None
-            if n.op_type == "Constant" and n.domain == "":
-                values[n.output[0]] = graph.add_constant(n.output[0], _constant_attr(attrs, name))
-                continue
-            inputs = [named(x) if x else None for x in n.input]
-            while inputs and inputs[-1] is None:
-                inputs.pop()
-            outs = []
-            for k, o in enumerate(n.output):
-                if not o:  # an omitted optional output (its index: two omitted need two names)
-                    o = graph.fresh_name(f"{name}_unused{k}")
-                values[o] = Value(o, *types.get(o, (None, None)))
-                outs.append(values[o])
-            if n.domain == FUSED_DOMAIN and n.op_type == "Region" and "body" not in attrs:
-                attrs["body"] = _function_body(model, n, inputs, where)
-            node = graph.add_node(n.op_type, inputs, outs, attrs, name, n.domain)
-            if all(v.dtype is None for v in outs):   # ONNX's inference does not know the op
-                infer_types(node)                    # (a custom one): the op table's rule
+            import_node(graph, n, name, named, values, types, where, model)
         for k, vi in enumerate(g.output):
             if vi.name not in values:
                 raise ModelLoadError(f"{where}graph.output[{k}] ({vi.name!r}) is never computed")
@@ -375,6 +378,33 @@ def import_onnx(source: str | os.PathLike | onnx.ModelProto, strict: bool = Fals
     check_input_types(graph, where)
     check_rules(graph, where)
     return graph
+
+
+def import_node(graph: Graph, n: onnx.NodeProto, name: str, named, values: dict[str, Value],
+                types: dict, where: str, model: onnx.ModelProto) -> None:
+    """One ONNX node into the graph: `named` finds the values it reads, `values` takes the ones
+    it writes, `types` has their ONNX-inferred types. (The main graph's loop and each subgraph
+    body's (onnx_subgraphs.py) import their nodes with it.)"""
+    attrs = {a.name: attribute_value(a, f"{where}{name}") for a in n.attribute if not is_subgraph(a)}
+    if n.op_type == "Constant" and n.domain == "":
+        values[n.output[0]] = graph.add_constant(n.output[0], _constant_attr(attrs, name))
+        return
+    inputs = [named(x) if x else None for x in n.input]
+    while inputs and inputs[-1] is None:
+        inputs.pop()
+    outs = []
+    for k, o in enumerate(n.output):
+        if not o:  # an omitted optional output (its index: two omitted need two names)
+            o = graph.fresh_name(f"{name}_unused{k}")
+        values[o] = Value(o, *types.get(o, (None, None)))
+        outs.append(values[o])
+    if n.domain == FUSED_DOMAIN and n.op_type == "Region" and "body" not in attrs:
+        attrs["body"] = _function_body(model, n, inputs, where)
+    if any(is_subgraph(a) for a in n.attribute):   # If, Loop, Scan: bodies and captured inputs
+        attrs, inputs = import_bodies(graph, n, name, attrs, inputs, named, where, model)
+    node = graph.add_node(n.op_type, inputs, outs, attrs, name, n.domain)
+    if all(v.dtype is None for v in outs):   # ONNX's inference does not know the op
+        infer_types(node)                    # (a custom one): the op table's rule
 
 
 def _function_body(model: onnx.ModelProto, call: onnx.NodeProto, inputs: list[Value | None],

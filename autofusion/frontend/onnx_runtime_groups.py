@@ -3,8 +3,9 @@ so every valid model compiles: ONNX Runtime runs them, autofusion the rest.
 
 A node is foreign when
   - its op is not in the op table (TfIdfVectorizer, com.microsoft::Gelu, a model-local function),
-  - it has a subgraph attribute (If, Loop, Scan: their bodies read outer values by name, and
-    those values become inputs of the group), or
+  - it has a subgraph attribute, unless it is an If, Loop or Scan (from Scan-9) whose bodies
+    hold only tensors and nodes that run here (autofusion's own control flow then): a body on
+    sequences keeps its whole node here, its outer reads by name becoming inputs of the group, or
   - it reads or writes a value the IR cannot hold: a sequence, map or optional, or strings.
 
 Connected foreign nodes (one reads a value another makes) form one group, so the values between
@@ -26,6 +27,7 @@ from onnx import helper
 
 from ..errors import ModelLoadError, UnsupportedOpError
 from ..ir import lookup, op_key
+from ..ir.control_flow import BODIES
 from ..ir.onnx_runtime_call import ORT_CALL, ORT_DOMAIN
 
 def _subgraphs(n: onnx.NodeProto) -> list[onnx.GraphProto]:
@@ -58,12 +60,25 @@ def _not_a_tensor(t: onnx.TypeProto | None) -> str | None:
     return t.WhichOneof("value").removesuffix("_type").replace("_", " ")
 
 
-def _foreign(n: onnx.NodeProto, types: dict[str, onnx.TypeProto]) -> bool:
+def _foreign(n: onnx.NodeProto, types: dict[str, onnx.TypeProto], opset: int = 21) -> bool:
     if n.op_type == "Constant" and n.domain == "":
         return any(a.name == "sparse_value" for a in n.attribute)
-    if lookup(n.domain, n.op_type) is None or _subgraphs(n):
+    if lookup(n.domain, n.op_type) is None or _subgraphs(n) and not bodies_run_here(n, types, opset):
         return True
     return any(_not_a_tensor(types.get(x)) for x in [*n.input, *n.output] if x)
+
+
+def bodies_run_here(n: onnx.NodeProto, types: dict[str, onnx.TypeProto], opset: int) -> bool:
+    """Whether a node with subgraphs is control flow autofusion runs (If, Loop, Scan but the
+    Scan of opset 8) with bodies of tensors whose every node runs here."""
+    if n.domain not in ("", "ai.onnx") or n.op_type not in BODIES or n.op_type == "Scan" and opset < 9:
+        return False
+    for g in _subgraphs(n):
+        inner = types | {vi.name: vi.type for vi in [*g.value_info, *g.input, *g.output]}
+        if any(_not_a_tensor(vi.type) for vi in [*g.input, *g.output]) or \
+                any(_foreign(m, inner, opset) for m in g.node):
+            return False
+    return True
 
 
 def _kahn(preds: dict[int, set[int]]) -> list[int]:
@@ -179,13 +194,30 @@ def call_attributes(call: onnx.NodeProto) -> tuple[dict, tuple[str, ...]]:
             tuple(n.name for n in part.graph.node))
 
 
+def non_tensor_nodes(model: onnx.ModelProto) -> list[tuple[str, str]]:
+    """The nodes of ops in the table that read or write a value the IR cannot hold (a sequence,
+    an optional of one, strings), as (op and what, node name): what a strict import refuses
+    beyond the ops without a kernel."""
+    g = model.graph
+    types = {vi.name: vi.type for vi in [*g.value_info, *g.input, *g.output]}
+    found = []
+    for i, n in enumerate(g.node):
+        kinds = [_not_a_tensor(types.get(x)) for x in [*n.input, *n.output] if x]
+        kind = next((k for k in kinds if k), None)
+        if kind and lookup(n.domain, n.op_type) is not None:
+            article = "an" if kind[0] in "aeiou" else "a"
+            found.append((f"{op_key(n.domain, n.op_type)} (on {article} {kind})", n.name or f"#{i}"))
+    return found
+
+
 def group_for_onnx_runtime(model: onnx.ModelProto) -> list[tuple[str, str]]:
     """Rewrite the model's nodes so each group of foreign nodes is one OnnxRuntimeCall node;
     return every foreign node as (op, node name), what a strict import refuses."""
     g = model.graph
     types = {vi.name: vi.type for vi in [*g.value_info, *g.input, *g.output]}
     nodes = list(g.node)
-    foreign = [_foreign(n, types) for n in nodes]
+    opset = next((i.version for i in model.opset_import if i.domain in ("", "ai.onnx")), 21)
+    foreign = [_foreign(n, types, opset) for n in nodes]
     if not any(foreign):
         return []
     for i, n in enumerate(nodes):   # a name for each: errors and the report name the nodes

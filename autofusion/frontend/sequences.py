@@ -82,7 +82,9 @@ def sequences_to_split(model: onnx.ModelProto) -> list[tuple[str, str]]:
             new.append(helper.make_node("Split", [s.input[0]], pieces, name=s.name, axis=axis, split=sizes))
         for u in gets:
             p = int(consts[u.input[1]]) % len(sizes)
-            if split is None and not keepdims:
+            if split is None and not keepdims and opset < 13:   # Squeeze's axes an attribute
+                new.append(helper.make_node("Squeeze", [pieces[p]], [u.output[0]], name=u.name, axes=[axis]))
+            elif split is None and not keepdims:
                 axes = f"{u.output[0]}__axes"
                 g.initializer.append(numpy_helper.from_array(np.array([axis], np.int64), axes))
                 new.append(helper.make_node("Squeeze", [pieces[p], axes], [u.output[0]], name=u.name))

@@ -8,15 +8,19 @@
               automatic fusion: what the rules left of elementwise work grouped into regions
 
 Rules apply to a fixed point, then clean-up runs again (folding leaves unused constants behind).
+The bodies of If, Loop and Scan then go through the same pipeline at the same level, each as a
+graph of its own (after their constant captured inputs moved inside), innermost bodies with
+them; what fused there is counted in the report, saying where ("in Loop 'loop' body").
 """
 from __future__ import annotations
 
 from typing import Iterable
 
 from ..ir import Graph
-from ..passes import (Evaluator, eliminate_common_subexpressions, eliminate_dead_code,
-                      fold_constants, fold_static_shapes, read_shapes_upstream, refine_shapes,
-                      resolve_cast_like, widen_float16)
+from ..ir.control_flow import bodies
+from ..passes import (Evaluator, close_over_constants, eliminate_common_subexpressions, eliminate_dead_code,
+                      fold_constants, fold_static_shapes, inline_constant_ifs, read_shapes_upstream,
+                      refine_shapes, resolve_cast_like, widen_float16)
 from .cost import seconds
 from .regions import MAX_INPUTS, MAX_NODES, NAME as AUTO_FUSION, fuse_regions, plan_regions
 from .report import FusionReport, NearMissReport, NotFusedReport, RegionReport, RuleReport
@@ -36,6 +40,7 @@ def cleanup(graph: Graph, evaluate: Evaluator | None, counts: dict[str, int]) ->
                           ("static shapes folded", fold_static_shapes),
                           ("constants folded", (lambda g: fold_constants(g, evaluate)) if evaluate else None),
                           ("shapes refined", refine_shapes),
+                          ("If with a constant condition inlined", inline_constant_ifs),
                           ("Shape reads moved upstream", read_shapes_upstream),
                           ("duplicates merged", eliminate_common_subexpressions),
                           ("unused nodes and constants removed", eliminate_dead_code)):
@@ -48,21 +53,28 @@ def cleanup(graph: Graph, evaluate: Evaluator | None, counts: dict[str, int]) ->
             return
 
 
+CLOSED = "captured inputs moved into bodies or dropped"   # the report's name of that pass
+
+
 def optimize(graph: Graph, level: int, disable: Iterable[str] = (),
              evaluate: Evaluator | None = None, model_name: str = "",
-             max_region_nodes: int = MAX_NODES, max_region_inputs: int = MAX_INPUTS) -> FusionReport:
+             max_region_nodes: int = MAX_NODES, max_region_inputs: int = MAX_INPUTS,
+             *, body: bool = False) -> FusionReport:
     """Run the level's passes and rules on the graph (in place) and report what happened.
-    max_region_nodes / max_region_inputs bound automatic fusion's regions (level 2)."""
+    max_region_nodes / max_region_inputs bound automatic fusion's regions (level 2). body: the
+    graph is the body of an If, Loop or Scan (its types are its node's: no fp16 widening)."""
     disable = list(disable)
     before_hist, before_ops, before_s = graph.op_histogram(), len(graph), seconds(graph.nodes)
     rules: list[Rule] = [r for r in RULES if r.level <= level and r.name not in disable]
     passes: dict[str, int] = {}
     result = None
     if level >= 1:
-        passes["fp16 values computed in fp32"] = widen_float16(graph)
+        if not body and not any(bodies(n) for n in graph.nodes):   # a body's types are its node's:
+            passes["fp16 values computed in fp32"] = widen_float16(graph)   # not widened apart
         cleanup(graph, evaluate, passes)
         result = apply_rules(graph, rules)
         cleanup(graph, evaluate, passes)
+        passes[CLOSED] = close_over_constants(graph)   # before the bodies' own clean-up
     auto = None
     if level >= 2 and AUTO_FUSION not in disable:
         auto = plan_regions(graph, max_region_nodes, max_region_inputs)
@@ -85,4 +97,14 @@ def optimize(graph: Graph, level: int, disable: Iterable[str] = (),
         report.regions = [RegionReport(node.name, node.attrs["kernel"], [n.op_type for n in r.nodes],
                                        [n.name for n in r.nodes]) for node, r in zip(made, auto.regions)]
         report.not_auto_fused = [NotFusedReport(m.node, m.op, m.code, m.reason) for m in auto.not_fused]
+    for node in graph.nodes:
+        for key, subgraph in bodies(node):
+            report.add_body(f"{node.op_type} {node.name!r} {key}",
+                            optimize(subgraph, level, disable, evaluate, subgraph.name, max_region_nodes,
+                                     max_region_inputs, body=True))
+    closed = close_over_constants(graph) if level >= 1 else 0   # a cleaned body reads less
+    if closed:
+        passes[CLOSED] = passes.get(CLOSED, 0) + closed
+        eliminate_dead_code(graph)
+        report.ops_after, report.histogram_after = len(graph), graph.op_histogram()
     return report

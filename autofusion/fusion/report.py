@@ -7,7 +7,7 @@ labelled as estimates; a measured speedup, when one was taken, is labelled as me
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 
 @dataclass
@@ -19,6 +19,7 @@ class RuleReport:
     matched: int
     fused_into: list[str]      # op types the replacement produced
     est_speedup: float | None  # of the matched subgraphs, by the cost model
+    inside: dict[str, int] = field(default_factory=dict)   # of `matched`, inside bodies: where -> n
 
 
 NEAR_MISSES_SHOWN = 3   # per rule, in the text report
@@ -29,6 +30,7 @@ class NearMissReport:
     rule: str
     nodes: list[str]
     reason: str
+    where: str = ""            # "" in the main graph, else the body ("Loop 'loop' body")
 
 
 @dataclass
@@ -37,6 +39,7 @@ class RegionReport:
     kernel: str                # named after its ops: fused_sigmoid_mul
     ops: list[str]             # its ops' types, in order
     nodes: list[str]           # the nodes it stands for
+    where: str = ""            # "" in the main graph, else the body ("Loop 'loop' body")
 
 
 @dataclass
@@ -45,6 +48,7 @@ class NotFusedReport:
     op: str
     code: str                  # reason code (fusion/regions.py REASONS)
     reason: str
+    where: str = ""            # "" in the main graph, else the body ("Loop 'loop' body")
 
 
 REGIONS_SHOWN = 5              # kernels listed in the text report
@@ -76,6 +80,31 @@ class FusionReport:
     def est_speedup(self) -> float:
         return self.est_seconds_before / self.est_seconds_after if self.est_seconds_after else 1.0
 
+    def add_body(self, where: str, body: FusionReport) -> None:
+        """Count what fused in a subgraph body (an If branch, a Loop or Scan body) here, each
+        fact saying where; a body's own bodies are under it ("If 'if' then_branch > Loop ...")."""
+        def inner(w: str) -> str:
+            return where + (f" > {w}" if w else "")
+        mine = {r.name: r for r in self.rules}
+        for r in body.rules:
+            if not r.matched:
+                continue
+            if r.name not in mine:
+                mine[r.name] = RuleReport(r.name, r.level, r.description, r.pattern, 0, [], None)
+                self.rules.append(mine[r.name])
+            ours = mine[r.name]
+            ours.matched += r.matched
+            ours.fused_into = sorted(set(ours.fused_into) | set(r.fused_into))
+            direct = r.matched - sum(r.inside.values())
+            for w, n in ([("", direct)] if direct else []) + list(r.inside.items()):
+                ours.inside[inner(w)] = ours.inside.get(inner(w), 0) + n
+        for items in (self.near_misses, body.near_misses), (self.regions, body.regions), \
+                (self.not_auto_fused, body.not_auto_fused):
+            ours, theirs = items
+            ours.extend(replace(x, where=inner(x.where)) for x in theirs)
+        for k, n in body.passes.items():
+            self.passes[k] = self.passes.get(k, 0) + n
+
     def to_json(self) -> dict:
         d = asdict(self)
         d["est_speedup"] = round(self.est_speedup, 3)
@@ -91,8 +120,10 @@ class FusionReport:
         for r in sorted(self.rules, key=lambda r: -r.matched):
             if not r.matched:
                 continue
+            inside = "".join(f", {n} in {w}" for w, n in r.inside.items())
             lines += [f"Pattern: {r.pattern}",
-                      f"  Matched: {r.matched} time{'s' if r.matched != 1 else ''}",
+                      f"  Matched: {r.matched} time{'s' if r.matched != 1 else ''}"
+                      + (f" ({inside[2:]})" if inside else ""),
                       f"  Fused into: {r.name} ({', '.join(r.fused_into) or 'removed'})"]
             if r.est_speedup is not None:
                 lines.append(f"  Estimated speedup: {r.est_speedup:.2f}x")
@@ -122,7 +153,7 @@ class FusionReport:
             for nm in self.near_misses:
                 by_rule.setdefault(nm.rule, []).append(nm)
             for rule, misses in by_rule.items():   # a 12-layer model repeats each reason 12 times
-                lines += [f"  {rule}: {nm.reason}" for nm in misses[:NEAR_MISSES_SHOWN]]
+                lines += [f"  {rule}: {nm.reason}{_where_text([nm.where])}" for nm in misses[:NEAR_MISSES_SHOWN]]
                 if len(misses) > NEAR_MISSES_SHOWN:
                     lines.append(f"  {rule}: … and {len(misses) - NEAR_MISSES_SHOWN} more like these "
                                  "(every one is in the JSON report)")
@@ -140,7 +171,8 @@ class FusionReport:
         for kernel, rs in sorted(by_kernel.items(), key=lambda kv: -len(kv[1]))[:REGIONS_SHOWN]:
             sizes = sorted({len(r.ops) for r in rs})
             lines.append(f"  {kernel} ×{len(rs)} ({'-'.join(map(str, sizes[::max(1, len(sizes) - 1)]))} "
-                         f"ops): {' '.join(rs[0].ops[:8])}{' …' if len(rs[0].ops) > 8 else ''}")
+                         f"ops): {' '.join(rs[0].ops[:8])}{' …' if len(rs[0].ops) > 8 else ''}"
+                         + _where_text(r.where for r in rs))
         if len(by_kernel) > REGIONS_SHOWN:
             lines.append(f"  … and {len(by_kernel) - REGIONS_SHOWN} more kinds (every region is in "
                          "the JSON report)")
@@ -178,3 +210,9 @@ class FusionReport:
 
     def __str__(self) -> str:
         return self.text()
+
+
+def _where_text(wheres) -> str:
+    """" (in Loop 'loop' body)" for the facts from bodies; nothing for the main graph's."""
+    named = sorted(set(filter(None, wheres)))
+    return f" (in {', '.join(named)})" if named else ""

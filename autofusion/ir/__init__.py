@@ -7,6 +7,7 @@ from .builder import FUSED_DOMAIN, GraphBuilder
 from . import fused_ops  # noqa: F401,E402 - registers the fused ops in the table
 from . import torch_call  # noqa: F401,E402 - registers TorchCall (unmapped PyTorch ops)
 from . import onnx_runtime_call  # noqa: F401,E402 - registers OnnxRuntimeCall (ops without a kernel)
+from . import control_flow  # noqa: F401,E402 - registers If, Loop and Scan (subgraph bodies)
 
 __all__ = ["DType", "Dim", "Graph", "Node", "Shape", "Value", "format_graph", "op_key", "OPS",
            "OpClass", "OpDef", "broadcast_shapes", "lookup", "ops_of_class", "register",

@@ -156,7 +156,14 @@ register_expression(fused("Gelu"), lambda node, x: ACTIVATIONS[
     "GeluTanh" if node.attr("approximate") == "tanh" else "Gelu"].c(x))
 
 
-@fused_op("Attention", OpClass.COMPLEX)
+def _attention_type(node: Node):
+    """[batch…, q_seq, v_head]: q's rows (its batch and heads are the full ones), v's width."""
+    q, v = node.inputs[0], node.inputs[2]
+    shape = None if q.shape is None or v.shape is None else (*q.shape[:-1], v.shape[-1])
+    return [(shape, q.dtype)]
+
+
+@fused_op("Attention", OpClass.COMPLEX, _attention_type)
 def attention(op: GraphBuilder, node: Node, q, k, v, mask=None):
     """softmax(q·kᵀ·scale + mask)·v over [batch, heads, seq, head_dim]. A query row the mask
     rules out everywhere (all -inf) gives NaN, as softmax does, or 0 with nan_to_zero=1 (as

@@ -308,6 +308,9 @@ class Graph:
         for v in self.outputs:
             if v.name not in defined or defined[v.name] is not v:
                 raise GraphError(f"graph output {v.name!r} is not defined")
+        from .control_flow import verify_bodies  # If, Loop, Scan: their bodies too
+        for node in self.nodes:
+            verify_bodies(node)
 
     # ---- text form --------------------------------------------------------------------
     def __str__(self) -> str:

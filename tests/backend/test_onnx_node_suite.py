@@ -1,9 +1,9 @@
 """ONNX's own backend node tests, for every operator in the op table.
 
 The onnx wheel ships the generators of its node tests (onnx.backend.test.case); the official
-BackendTest runner builds them in memory. A case is in scope when every op of its graph is in our
-op table and every tensor it feeds or checks has a standard dtype (no string, float8, int4,
-bfloat16 — PyTorch CPU kernels do not serve those). Cases we fail for a known reason are listed in
+BackendTest runner builds them in memory. A case is in scope when every op of its graph (and of
+its If, Loop and Scan bodies) is in our op table and every tensor it feeds or checks has a
+standard dtype (no string, float8, int4, bfloat16 — PyTorch CPU kernels do not serve those). Cases we fail for a known reason are listed in
 EXPECTED_FAILURES with that reason; `test_node_suite_pass_rate` holds the pass rate at >= 98%.
 
 Reproduce the tally: pytest tests/backend/test_onnx_node_suite.py -q
@@ -66,8 +66,16 @@ def _types_in(graph: onnx.GraphProto):
         for a in n.attribute:
             if a.type == onnx.AttributeProto.TENSOR:
                 yield a.t.data_type
-            if a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
-                yield -1
+            for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs:
+                yield from _types_in(sub)   # If, Loop and Scan bodies
+
+
+def _ops_in(graph: onnx.GraphProto):
+    for n in graph.node:
+        yield n
+        for a in n.attribute:
+            for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs:
+                yield from _ops_in(sub)
 
 
 def in_scope(case) -> bool:
@@ -75,7 +83,7 @@ def in_scope(case) -> bool:
     if model is None:
         return False
     g = model.graph
-    if not g.node or any(lookup(n.domain, n.op_type) is None for n in g.node):
+    if not g.node or any(lookup(n.domain, n.op_type) is None for n in _ops_in(g)):
         return False
     return all(t in STANDARD for t in _types_in(g))
 

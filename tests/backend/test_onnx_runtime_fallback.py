@@ -128,7 +128,7 @@ def test_on_the_native_backend_it_is_a_torch_step_between_native_partitions(batc
             ("native", ["autofusion::FusedConv"]), ("torch", [ORT_KEY]), ("native", ["autofusion::FusedConv"])]
 
 
-def test_an_if_reads_outer_values_through_its_branches():
+def test_an_if_runs_here_now_its_branches_reading_outer_values_as_captured_inputs():
     w = numpy_helper.from_array(np.full((3,), 2.0, np.float32), "w")
     then = helper.make_graph([helper.make_node("Add", ["r", "w"], ["t"])], "then", [],
                              [helper.make_tensor_value_info("t", F, [3])])
@@ -141,11 +141,42 @@ def test_an_if_reads_outer_values_through_its_branches():
     m = None
     for c in (True, False):
         m = _check(model, {"x": np.array([-1, 0.5, 3], np.float32), "c": np.array(c)})
-    call, = _calls(m.graph)
-    assert [v.name for v in call.inputs] == ["c", "r", "w"]   # the branches read r and w by name
+    assert not _calls(m.graph)   # If is autofusion's own op (tests/*/test_control_flow.py)
+    node, = [n for n in m.graph.nodes if n.op_type == "If"]
+    assert [v.name for v in node.inputs] == ["c", "r"]   # w, a constant, moved into the branches
 
 
-def test_a_loop_with_scan_outputs_runs_and_its_output_shape_comes_at_run_time():
+def test_a_loop_whose_body_uses_sequences_still_runs_on_onnx_runtime():
+    """SequenceInsert inside a Loop body: the IR holds no sequences, so the whole Loop stays on
+    ONNX Runtime, the report says so, and the rest of the model runs here."""
+    seq = TensorProto.FLOAT
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Add", ["acc_in", "r"], ["acc_out"]),
+         helper.make_node("SequenceInsert", ["seq_in", "acc_out"], ["seq_out"])], "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc_in", F, [3]),
+         helper.make_tensor_sequence_value_info("seq_in", seq, [3])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc_out", F, [3]),
+         helper.make_tensor_sequence_value_info("seq_out", seq, [3])])
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("SequenceEmpty", [], ["empty"], name="empty", dtype=F),
+             helper.make_node("Loop", ["n", "", "x", "empty"], ["final", "seq"], name="loop", body=body),
+             helper.make_node("ConcatFromSequence", ["seq"], ["cat"], name="cat", axis=0),
+             helper.make_node("Sigmoid", ["cat"], ["y"], name="sigmoid")]
+    model = _model(nodes, [("x", F, [3]), ("n", TensorProto.INT64, [])], ["final", "y"])
+    for backend in ("auto", "torch"):
+        m = _check(model, {"x": np.array([-1, 0.5, 2], np.float32), "n": np.array(3, np.int64)},
+                   backend=backend)
+        call, = _calls(m.graph)
+        assert call.attr("ops") == ["SequenceEmpty", "Loop", "ConcatFromSequence"]
+        assert "Runs on ONNX Runtime: ConcatFromSequence ×1, Loop ×1, SequenceEmpty ×1" in m.report.text()
+        assert {n.op_type for n in m.graph.nodes} == {"Relu", "OnnxRuntimeCall", "Sigmoid"}
+
+
+def test_a_loop_with_scan_outputs_runs_here_and_its_output_shape_comes_at_run_time():
     body = helper.make_graph(
         [helper.make_node("Add", ["acc_in", "step"], ["acc_out"]),
          helper.make_node("Identity", ["cond_in"], ["cond_out"]),
@@ -163,6 +194,7 @@ def test_a_loop_with_scan_outputs_runs_and_its_output_shape_comes_at_run_time():
     for n in (1, 4):
         m = _check(model, {"x": np.array([-1, 0.5, 2], np.float32), "n": np.array(n, np.int64)})
         assert m.run({"x": np.zeros(3, np.float32), "n": np.array(n, np.int64)})["y"].shape == (n, 3)
+        assert not _calls(m.graph) and "Loop" in m.graph.op_histogram()
 
 
 def test_sequences_between_unsupported_nodes_stay_inside_one_session():

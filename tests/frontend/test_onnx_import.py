@@ -161,7 +161,7 @@ def test_inconsistent_symbolic_dimension():
         m(np.zeros(3, np.float32), np.zeros(4, np.float32))
 
 
-def _split_to_sequence_model(split, keepdims=1, positions=(0, 1, 2)):
+def _split_to_sequence_model(split, keepdims=1, positions=(0, 1, 2), opset=18):
     inits = [numpy_helper.from_array(np.array(p, np.int64), f"p{p}") for p in positions]
     nodes = [helper.make_node("SplitToSequence", ["x"] + (["split"] if split is not None else []),
                               ["seq"], name="split", axis=1, keepdims=keepdims)]
@@ -171,17 +171,18 @@ def _split_to_sequence_model(split, keepdims=1, positions=(0, 1, 2)):
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6])],
                           [helper.make_tensor_value_info(f"y{p}", TensorProto.FLOAT, None) for p in positions],
                           inits)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
 
 
-@pytest.mark.parametrize("split, keepdims, positions", [
-    (2, 1, (0, 1, 2)),            # torch's x.split(2, dim=1), as the dynamo exporter writes it
-    ([1, 2, 3], 1, (2, 0)),       # explicit sizes, pieces used out of order
-    (None, 0, (0, 5, -1)),        # one piece per element, squeezed; a negative position
+@pytest.mark.parametrize("split, keepdims, positions, opset", [
+    (2, 1, (0, 1, 2), 18),            # torch's x.split(2, dim=1), as the dynamo exporter writes it
+    ([1, 2, 3], 1, (2, 0), 18),       # explicit sizes, pieces used out of order
+    (None, 0, (0, 5, -1), 18),        # one piece per element, squeezed; a negative position
+    (None, 0, (0, 5), 12),            # before opset 13 Squeeze takes its axes as an attribute
 ])
-def test_split_to_sequence_imports_as_split(split, keepdims, positions):
+def test_split_to_sequence_imports_as_split(split, keepdims, positions, opset):
     import onnxruntime as ort
-    model = _split_to_sequence_model(split, keepdims, positions)
+    model = _split_to_sequence_model(split, keepdims, positions, opset)
     graph = import_onnx(model)
     assert "Split" in graph.op_histogram() and not {"SplitToSequence", "SequenceAt"} & set(graph.op_histogram())
     x = np.arange(12, dtype=np.float32).reshape(2, 6)

@@ -317,15 +317,19 @@ def _block(node: Node) -> list[tuple[list[int], list[int]]] | None:
         i = int(idx.reshape(-1)[0]) % shape[axis]
         return [([i if a == axis else 0 for a in range(len(shape))],
                  [1 if a == axis else d for a, d in enumerate(shape)])]
+    if node.op_type == "Slice" and node.input(1) is None:   # Slice-1: attributes, no steps
+        starts, ends, axes = node.attr("starts"), node.attr("ends"), node.attr("axes")
+    elif node.op_type == "Slice":
+        inputs = [node.input(i) for i in range(1, 5)]
+        if any(v is not None and v.const is None for v in inputs):
+            return None
+        starts, ends, axes, steps = (None if v is None else v.const.tolist() for v in inputs)
+        if steps is not None and any(int(s) != 1 for s in steps):
+            return None
     if node.op_type == "Slice":
-        starts, ends, axes, steps = (node.input(i) for i in range(1, 5))
-        if any(v is not None and v.const is None for v in (starts, ends, axes, steps)):
-            return None
-        axes_ = list(range(len(starts.const))) if axes is None else [int(a) % len(shape) for a in axes.const]
-        if steps is not None and any(int(s) != 1 for s in steps.const):
-            return None
+        axes_ = list(range(len(starts))) if axes is None else [int(a) % len(shape) for a in axes]
         offsets, sizes = [0] * len(shape), list(shape)
-        for a, b, e in zip(axes_, starts.const, ends.const):
+        for a, b, e in zip(axes_, starts, ends):
             clamp = lambda i: int(max(min(i, 2**62), -2**62))   # noqa: E731 - INT64_MAX ends
             lo, hi, _ = slice_bounds(shape[a], clamp(b), clamp(e), 1)
             offsets[a], sizes[a] = lo, max(hi - lo, 0)
@@ -412,8 +416,9 @@ def check_matmul(node: Node) -> str | None:
     a, b, c = node.inputs[0], node.inputs[1], node.input(2)
     if a.rank < 2 or b.rank < 2:
         return "a 1-D operand"
-    if a.rank != b.rank and (a.const is None and b.const is None):
-        return "the operands' ranks differ"
+    # oneDNN needs equal ranks: only a constant operand is reshaped to the other's rank
+    if a.rank != b.rank and (a if a.rank < b.rank else b).const is None:
+        return "the operands' ranks differ and the lower-rank one is computed at run time"
     if c is not None:
         out = node.outputs[0]
         if c.const is None and c.rank != out.rank:

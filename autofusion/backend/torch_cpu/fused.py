@@ -358,8 +358,13 @@ def attention(node: Node) -> Kernel:
     # one key/value head for every query head (multi-query) broadcasts in the decomposition's
     # MatMul; SDPA takes it as grouped-query attention
     one_kv_head = k.shape is not None and len(k.shape) == 4 and k.shape[1] == 1
-    sdpa = functools.partial(F.scaled_dot_product_attention, enable_gqa=True) if one_kv_head else \
+    gqa = functools.partial(F.scaled_dot_product_attention, enable_gqa=True) if one_kv_head else \
         F.scaled_dot_product_attention
+
+    def sdpa(q, k, v, attn_mask=None, scale=None):   # SDPA wants a mask of rank ≥ 2
+        if attn_mask is not None and attn_mask.dim() < 2:
+            attn_mask = attn_mask.reshape((1,) * (2 - attn_mask.dim()) + tuple(attn_mask.shape))
+        return gqa(q, k, v, attn_mask=attn_mask, scale=scale)
     scores = None if q.shape is None or k.shape is None else (*q.shape[:-1], k.shape[-2])
     shape_known = mask is None or (scores is not None and fits(mask.shape, scores))
     rows_known = mask is None or zero_rows or (mask.const is not None and not dead_rows(mask.const))

@@ -5,7 +5,8 @@ Sqrt → Div, and RMSNorm (T5, Llama) as Pow → ReduceMean → Add(ε) → Sqrt
 each chain becomes one autofusion LayerNorm / RMSNorm node, run as one kernel. The ·scale
 and +bias that follow are folded into that node by their own rule: the driver meets the chain's
 Div before the Mul and Add after it, so the affine part joins the fused node afterwards. A
-residual Add in front of a LayerNorm (spelled out or LayerNormalization) joins it too.
+residual Add in front of a LayerNorm (spelled out or LayerNormalization) joins it too. ONNX's
+own RMSNormalization (opset 23) becomes our RMSNorm where it computes the same (its stash_type).
 
 A LayerNorm or RMSNorm over the last axis whose only consumer is a linear layer (pre-LN
 transformers: GPT-2's ln_1 → c_attn, ViT's ln_2 → fc1) joins it as one NormMatMul: its scale γ
@@ -156,14 +157,37 @@ def add_layer_norm_check(m):
 def add_layer_norm_replace(op, m):
     norm, x = m.node("norm"), m.x   # both ops default to axis=-1, epsilon=1e-5
     axis = norm.attr("axis", -1)
-
-    def of_normalized_shape(v: Value | None, hint: str) -> Value | None:
-        # a LayerNormalization may broadcast a constant scale/bias; ours takes the full shape
-        if v is None or v.shape == x.shape[axis:]:
-            return v
-        return op.constant(cast_like(per_feature(v, x, axis % x.rank), x), hint)
-    return op.LayerNorm(x, of_normalized_shape(m.scale, "scale"), of_normalized_shape(m.bias, "bias"),
+    return op.LayerNorm(x, of_normalized_shape(op, m.scale, x, axis, "scale"),
+                        of_normalized_shape(op, m.bias, x, axis, "bias"),
                         m.residual, axis=axis, epsilon=norm.attr("epsilon", 1e-5))
+
+
+def of_normalized_shape(op, v: Value | None, x: Value, axis: int, hint: str) -> Value | None:
+    """A standard norm's scale/bias as ours takes it: of the normalized shape (the standard
+    ops may broadcast a constant one; the check made sure it is one)."""
+    if v is None or v.shape == x.shape[axis:]:
+        return v
+    return op.constant(cast_like(per_feature(v, x, axis % x.rank), x), hint)
+
+
+# ---- ONNX's RMSNormalization (opset 23) onto ours ------------------------------------------
+
+def rms_normalization(op, x, scale):
+    return op.RMSNormalization(x, scale, _name="norm")
+
+
+def rms_normalization_check(m):
+    norm = m.node("norm")
+    if m.x.dtype is None or not m.x.dtype.is_float:
+        return f"{describe(norm)}: the type of {m.x.name!r} is not a known float type"
+    return standard_layer_norm_reason(norm, m.x)
+
+
+def rms_normalization_replace(op, m):
+    norm, x = m.node("norm"), m.x
+    axis = attr_value(norm, "axis")
+    return op.RMSNorm(x, of_normalized_shape(op, m.scale, x, axis, "scale"), axis=axis,
+                      epsilon=attr_value(norm, "epsilon"))   # the defaults differ: 1e-5 here
 
 
 # ---- norm → linear layer: the norm's scale and bias folded into the layer's weight -------------
@@ -339,7 +363,8 @@ def cast_like(a: np.ndarray, x: Value) -> np.ndarray:
 
 
 def standard_layer_norm_reason(norm: Node, x: Value) -> str | None:
-    """Why a LayerNormalization cannot become our LayerNorm (None for one that already is)."""
+    """Why a LayerNormalization (or RMSNormalization) cannot become our LayerNorm (RMSNorm);
+    None for one that already is."""
     if norm.domain == FUSED_DOMAIN:
         return None
     if any(v.uses for v in norm.outputs[1:]):
@@ -367,6 +392,9 @@ RULES = [
          [rms_norm(s, d) for s, d in SPELLINGS], rms_norm_replace, rms_norm_check),
     Rule("NormScaleBiasFusionOp", 1, "·scale and +bias after a LayerNorm/RMSNorm → its scale and bias",
          [layer_norm_times, layer_norm_plus, rms_norm_times], scale_bias_replace, scale_bias_check),
+    Rule("RMSNormalizationFusionOp", 1,
+         "ONNX's RMSNormalization (opset 23) → one rms_norm kernel (same axis, epsilon, stash_type)",
+         rms_normalization, rms_normalization_replace, rms_normalization_check),
     Rule("AddLayerNormFusionOp", 1, "LayerNorm(x + residual) → one LayerNorm with a residual input",
          [add_layer_norm, add_layer_normalization], add_layer_norm_replace, add_layer_norm_check),
 ]

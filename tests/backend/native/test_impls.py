@@ -289,6 +289,20 @@ def test_matmul_broadcasts_batch_dims():
     check_native(graph({"x": (3, 4, 5, 8), "y": (1, 4, 8, 6)}, lambda op, x, y: [(op.MatMul(x, y), (3, 4, 5, 6))]))
 
 
+def test_matmul_of_a_constant_by_a_lower_rank_run_time_operand_is_refused():
+    # Swin V2's relative-position MLP at level 0: a constant [1, 15, 15, 2] table times a
+    # [2, 8] weight transposed at run time (the crash the architecture sweep found)
+    g = graph({"w": (8, 2)}, lambda op, w: [(op.MatMul(const(op, 1, 5, 5, 2), op.Transpose(w, perm=[1, 0])),
+                                             (1, 5, 5, 8))])
+    assert refusal(g, g.nodes[-1].name) == \
+        "the operands' ranks differ and the lower-rank one is computed at run time"
+    model = autofusion.compile(g, level=0, backend="native")
+    feeds = {"w": RNG.standard_normal((8, 2)).astype(np.float32)}
+    (name,) = [v.name for v in g.outputs]
+    want = autofusion.compile(g, level=0, backend="torch").run(feeds)[name]
+    np.testing.assert_allclose(model.run(feeds)[name], want, rtol=1e-5, atol=1e-5)
+
+
 GEMMS = {"plain": ({}, (7,)), "transB alpha beta": (dict(transB=1, alpha=0.5, beta=2.0), (7,)),
          "transA": (dict(transA=1), (1, 7)), "full C": ({}, (3, 7)), "column C": (dict(beta=0.3), (3, 1))}
 
@@ -391,6 +405,13 @@ def test_slice():
     check_native(graph({"x": (2, 6, 8)}, lambda op, x: [
         (op.Slice(x, op.constant(ints(1, -6), "s"), op.constant(ints(5, 2**63 - 1), "e"),
                   op.constant(ints(1, 2), "a")), (2, 4, 6))]))
+
+
+def test_slice_of_opset_1_by_attributes():
+    g = graph({"x": (2, 6, 8)}, lambda op, x: [(op.Slice(x, starts=[1, -6], ends=[5, 100], axes=[1, 2]),
+                                                 (2, 4, 6))])
+    g.opset[""] = 9
+    check_native(g)
 
 
 def test_split_into_every_output():

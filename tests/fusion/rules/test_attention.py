@@ -313,3 +313,12 @@ def test_one_key_value_head_for_all_query_heads_is_multi_query_attention():
     graph, report = fuse(model)
     assert matched(report, "AttentionFusionOp") == 1
     assert_same_outputs(model, rtol=1e-5)
+
+
+def test_a_scalar_mask_is_taken():
+    """A 0-d additive mask (FlexAttention's expanded score_mod): SDPA wants rank ≥ 2, the kernel
+    lifts it."""
+    model = attention_graph("Div", mask=())
+    graph, report = fuse(model)
+    assert matched(report, "AttentionFusionOp") == 1
+    assert_same_outputs(model, rtol=1e-5)

@@ -1,0 +1,183 @@
+"""The bodies of If, Loop and Scan → IR Graphs (ir/control_flow.py), their outer reads made explicit.
+
+An ONNX body reads values of the enclosing graphs by name. Imported, each such value becomes
+  - a constant of the body (the same data) where it is a constant outside (a weight, a Constant
+    node): the rules inside the body need its data (Conv+BN folds the norm into the weights);
+  - else a captured input: an input of the body after its ONNX inputs, and the outer value an
+    input of the node after its ONNX inputs (attribute `captured` counts them).
+A body nested in a body captures through each level: a Loop in an If reading a main-graph value
+makes that value a captured input of the If, whose branch value the Loop captures in turn. If's
+two branches take the same captured inputs (the union, in first-read order).
+
+Types: ONNX's shape inference (as the importer runs it on the main graph) on each body as a
+model of its own, its inputs typed as the node's operands give them (a Loop's carried values,
+a Scan's slices), where the body does not declare them, and its outer reads typed as outside.
+Dims inference makes up inside a body are unknown (they could equal unrelated dims outside).
+A Loop's carried value gets, by a fixed point, the dims its initial value (or declared type) and
+the body's result agree on: one that grows between iterations has an unknown dim there. What ONNX cannot type, the op table's rules do.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import onnx
+from onnx import helper
+
+from ..errors import ModelLoadError, UnsupportedOpError
+from ..ir import DType, Graph, Shape, Value, lookup, op_key
+from ..ir.control_flow import BODIES, merge_shapes
+from .onnx_runtime_groups import _free_names
+
+Types = dict[str, tuple[Shape, DType | None]]
+
+
+def is_subgraph(a: onnx.AttributeProto) -> bool:
+    return a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+
+
+class Scope:
+    """The values a body reads by name: its own, else its enclosing graph's, taken on first read
+    as a constant of the body or a captured input."""
+
+    def __init__(self, graph: Graph, outer: Callable[[str], Value]):
+        self.graph, self.outer = graph, outer
+        self.own: dict[str, Value] = {}
+        self.captured: list[Value] = []   # the outer values, in the order of the captured inputs
+
+    def __call__(self, name: str) -> Value:
+        if name not in self.own:
+            v = self.outer(name)
+            if v.const is not None:
+                self.own[name] = self.graph.add_constant(name, v.const, v.dtype)
+            else:
+                self.own[name] = self.graph.add_input(name, v.shape, v.dtype)
+                self.captured.append(v)
+        return self.own[name]
+
+
+def import_bodies(graph: Graph, n: onnx.NodeProto, name: str, attrs: dict, inputs: list,
+                  named: Callable[[str], Value], where: str,
+                  model: onnx.ModelProto) -> tuple[dict, list]:
+    """The node's attributes with its bodies as IR Graphs, and its inputs with the captured ones."""
+    if n.domain != "" or n.op_type not in BODIES:
+        raise UnsupportedOpError([(op_key(n.domain, n.op_type) + " with a subgraph", name)])
+    if n.op_type == "Scan" and graph.opset.get("", 21) < 9:
+        raise UnsupportedOpError([("Scan-8 (a batch axis and sequence_lens)", name)])
+    protos = {a.name: a.g for a in n.attribute if a.type == onnx.AttributeProto.GRAPH}
+    formal = _formal_types(n, attrs, inputs)
+    scopes = []
+    for key in BODIES[n.op_type]:
+        if key not in protos:
+            raise ModelLoadError(f"{where}node {name!r} ({n.op_type}) has no {key!r} subgraph")
+        body, scope = _import_body(graph, protos[key], formal, named, f"{where}{name}/{key}: ", model,
+                                   carried=n.op_type == "Loop")
+        attrs[key] = body
+        scopes.append(scope)
+    captured = _align(scopes)
+    attrs["captured"] = len(captured)
+    return attrs, inputs + captured
+
+
+def _formal_types(n: onnx.NodeProto, attrs: dict, inputs: list) -> list[tuple[Shape, DType | None]]:
+    """What the node hands its body's ONNX inputs, from its operands."""
+    def t(v: Value | None):
+        return (None, None) if v is None else (v.shape, v.dtype)
+    if n.op_type == "If":
+        return []
+    if n.op_type == "Loop":
+        return [((), DType.INT64), ((), DType.BOOL)] + [t(v) for v in inputs[2:]]
+    m = attrs.get("num_scan_inputs", 0)
+    states, scans = inputs[:len(inputs) - m], inputs[len(inputs) - m:]
+    axes = attrs.get("scan_input_axes") or [0] * m
+    slices = []
+    for v, axis in zip(scans, axes):
+        shape = None if v.shape is None else v.shape[:axis % len(v.shape)] + v.shape[axis % len(v.shape) + 1:]
+        slices.append((shape, v.dtype))
+    return [t(v) for v in states] + slices
+
+
+def _import_body(graph: Graph, proto: onnx.GraphProto, formal: list, named: Callable[[str], Value],
+                 where: str, model: onnx.ModelProto, carried: bool) -> tuple[Graph, Scope]:
+    # onnx_import imports this module: its names are taken at call time
+    from .onnx_import import element_type, import_node, tensor_array, value_type
+
+    declared = [value_type(vi) for vi in proto.input]
+    if len(declared) != len(formal):
+        raise ModelLoadError(f"{where}the body takes {len(declared)} input(s), the node gives it {len(formal)}")
+    ins = [(s if s is not None else fs, d or fd) for (s, d), (fs, fd) in zip(declared, formal)]
+    outer = {x: named(x) for x in sorted(_free_names(proto))}
+    types = _inferred_types(proto, ins, outer, model)
+    if carried:   # a carried value's dims: those its initial value and each iteration's agree on
+        for _ in range(3):
+            widened = [(merge_shapes(s, types.get(o.name, (None,))[0]) if k >= 2 else s, d)
+                       for k, ((s, d), o) in enumerate(zip(ins, [None, *proto.output]))]
+            if widened == ins:
+                break
+            ins, types = widened, _inferred_types(proto, widened, outer, model)
+
+    body = Graph(proto.name or "body", graph.opset)
+    scope = Scope(body, named)
+    for vi, (shape, dtype) in zip(proto.input, ins):
+        scope.own[vi.name] = body.add_input(vi.name, shape, dtype)
+    for t in proto.initializer:
+        what = f"{where}initializer {t.name!r}"
+        scope.own[t.name] = body.add_constant(t.name, tensor_array(t, what), element_type(t.data_type, what))
+    for i, node in enumerate(proto.node):
+        if lookup(node.domain, node.op_type) is None and node.op_type != "Constant":
+            raise UnsupportedOpError([(op_key(node.domain, node.op_type) + " (in a subgraph body)",
+                                       node.name or f"#{i}")])
+        import_node(body, node, node.name or f"{node.op_type}_{i}", scope, scope.own, types, where, model)
+    for vi in proto.output:
+        v = scope(vi.name)
+        shape, dtype = value_type(vi)
+        v.shape = v.shape if v.shape is not None else shape
+        v.dtype = v.dtype if v.dtype is not None else dtype
+        body.outputs.append(v)
+    return body, scope
+
+
+def _inferred_types(proto: onnx.GraphProto, ins: list, outer: dict[str, Value],
+                    model: onnx.ModelProto) -> Types:
+    """ONNX's shape inference on the body as a model of its own (no types where it fails)."""
+    from .onnx_import import value_type
+    known = {d for s, _ in ins for d in s or () if isinstance(d, str)} | \
+        {d for v in outer.values() for d in v.shape or () if isinstance(d, str)}
+    part = onnx.ModelProto(ir_version=max(model.ir_version, 7), opset_import=model.opset_import,
+                           functions=model.functions)
+    g = part.graph
+    g.name = proto.name or "body"
+    g.node.extend(proto.node)
+    g.initializer.extend(proto.initializer)
+    g.value_info.extend(proto.value_info)
+    for vi, (shape, dtype) in zip(proto.input, ins):
+        g.input.append(helper.make_tensor_value_info(vi.name, int(dtype or 0), shape))
+    for name, v in outer.items():
+        g.input.append(helper.make_tensor_value_info(name, int(v.dtype or 0), v.shape))
+    g.output.extend(onnx.ValueInfoProto(name=o.name) for o in proto.output)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(part, data_prop=True).graph
+    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError, RuntimeError):
+        return {}
+    types: Types = {}
+    for vi in [*inferred.value_info, *inferred.output]:
+        if vi.type.HasField("tensor_type"):
+            shape, dtype = value_type(vi)
+            if shape is not None:   # a dim inference made up inside the body: unknown
+                shape = tuple(None if isinstance(d, str) and d not in known else d for d in shape)
+            types[vi.name] = (shape, dtype)
+    return types
+
+
+def _align(scopes: list[Scope]) -> list[Value]:
+    """The captured values of the node, the same for each of its bodies (If's two branches): the
+    union in first-read order; each body gets an input for each, in that order."""
+    union: list[Value] = list(dict.fromkeys(v for s in scopes for v in s.captured))
+    for s in scopes:
+        body = s.graph
+        formal = body.inputs[:len(body.inputs) - len(s.captured)]
+        mine = dict(zip(map(id, s.captured), body.inputs[len(formal):]))
+        for v in union:
+            if id(v) not in mine:
+                mine[id(v)] = body.add_input(body.fresh_name(v.name), v.shape, v.dtype)
+        body.inputs = formal + [mine[id(v)] for v in union]
+    return union
