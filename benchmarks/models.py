@@ -24,6 +24,8 @@ the installed transformers maps scaled_dot_product_attention to.
 """
 from __future__ import annotations
 
+import importlib
+import inspect
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -59,11 +61,15 @@ def _require(package: str, model: str):
 
 # ---- vision (torchvision) ------------------------------------------------------------------
 
-def _torchvision(arch: str, name: str) -> Callable[[], nn.Module]:
+def _torchvision(arch: str, name: str, **kwargs) -> Callable[[], nn.Module]:
+    """arch: a builder in torchvision.models, or in one of its packages ("detection.ssd300_vgg16");
+    kwargs go to the builder (weights are always None)."""
     def build() -> nn.Module:
-        tv = _require("torchvision", name)
-        import torchvision.models  # noqa: F401  (the submodule is not imported by torchvision)
-        return getattr(tv.models, arch)(weights=None)
+        _require("torchvision", name)
+        package, _, builder = arch.rpartition(".")
+        # the submodules are not imported by torchvision itself
+        module = importlib.import_module("torchvision.models" + ("." + package if package else ""))
+        return getattr(module, builder)(weights=None, **kwargs)
     return build
 
 
@@ -116,13 +122,15 @@ def _gpt2() -> nn.Module:
     return _GPT2(tf.GPT2Model(config))
 
 
-def _tokens(names: tuple[str, ...], vocab: int) -> Callable[[int], dict[str, torch.Tensor]]:
+def _tokens(names: tuple[str, ...], vocab: int,
+            seq_len: int = SEQ_LEN) -> Callable[[int], dict[str, torch.Tensor]]:
     def inputs(batch: int) -> dict[str, torch.Tensor]:
         g = torch.Generator().manual_seed(SEED)
         make = {
-            "input_ids": lambda: torch.randint(0, vocab, (batch, SEQ_LEN), generator=g),
-            "attention_mask": lambda: torch.ones(batch, SEQ_LEN, dtype=torch.int64),
-            "token_type_ids": lambda: torch.zeros(batch, SEQ_LEN, dtype=torch.int64),
+            "input_ids": lambda: torch.randint(0, vocab, (batch, seq_len), generator=g),
+            "decoder_input_ids": lambda: torch.randint(0, vocab, (batch, seq_len), generator=g),
+            "attention_mask": lambda: torch.ones(batch, seq_len, dtype=torch.int64),
+            "token_type_ids": lambda: torch.zeros(batch, seq_len, dtype=torch.int64),
         }
         return {n: make[n]() for n in names}
     return inputs
@@ -184,7 +192,12 @@ def spec(name: str) -> ModelSpec:
 
 def build(name: str) -> nn.Module:
     """The model in eval mode, its weights drawn from the fixed seed."""
-    s = spec(name)
+    return build_module(spec(name))
+
+
+def build_module(s: ModelSpec) -> nn.Module:
+    """`s`'s model in eval mode, its weights drawn from the fixed seed (also for specs that are
+    not in MODELS, such as the architecture sweep's)."""
     torch.manual_seed(SEED)
     model = s.build().eval()
     _perturb_constant_tensors(model)
@@ -218,31 +231,47 @@ def export_onnx(name: str, path: str | os.PathLike, batch: int = 1,
     eval-mode export (BatchNormalization kept as nodes). exporter="dynamo": the torch.export-based
     exporter, its default opset unless given, optimize=False. Weights are stored in the file.
     """
+    s = spec(name)
+    export_module(build(name), example_inputs(name, batch), path, exporter, opset, s.outputs)
+    return path
+
+
+def export_module(model: nn.Module, inputs: dict[str, torch.Tensor], path: str | os.PathLike,
+                  exporter: str = "torchscript", opset: int | None = None,
+                  outputs: tuple[str, ...] = (), dynamic_axes: dict | None = None) -> None:
+    """Export a built model as export_onnx does. dynamic_axes: {input name: {axis: dim name}}
+    for the axes left symbolic (None: all static)."""
     if exporter not in EXPORTERS:
         raise ValueError(f"exporter must be one of {EXPORTERS}, not {exporter!r}")
-    s = spec(name)
-    model = build(name)
-    inputs = example_inputs(name, batch)
     path = os.fspath(path)
     # nn.MultiheadAttention (ViT) in eval mode takes a fused fast path, an op no exporter knows;
     # switch it off so attention exports as its parts.
     fastpath = torch.backends.mha.get_fastpath_enabled()
     torch.backends.mha.set_fastpath_enabled(False)
     try:
-        _export(model, tuple(inputs.values()), path, exporter, opset, list(inputs), list(s.outputs))
+        _export(model, tuple(inputs.values()), path, exporter, opset, list(inputs), list(outputs),
+                dynamic_axes)
     finally:
         torch.backends.mha.set_fastpath_enabled(fastpath)
-    return path
 
 
-def _export(model, args, path, exporter, opset, input_names, output_names) -> None:
+def _export(model, args, path, exporter, opset, input_names, output_names,
+            dynamic_axes=None) -> None:
     with torch.no_grad():
         if exporter == "torchscript":
             torch.onnx.export(model, args, path, dynamo=False, do_constant_folding=False,
                               opset_version=opset or TORCHSCRIPT_OPSET,
-                              training=torch.onnx.TrainingMode.EVAL,
+                              training=torch.onnx.TrainingMode.EVAL, dynamic_axes=dynamic_axes,
                               input_names=input_names, output_names=output_names)
         else:
+            # Dim.AUTO: torch.export finds each axis' range and keeps static what the model fixes
+            # (its conversion of dynamic_axes fails on models with several inputs)
+            shapes = None if dynamic_axes is None else tuple(
+                {a: torch.export.Dim.AUTO for a in dynamic_axes.get(n, {})} or None
+                for n in input_names)
+            if shapes is not None and any(p.kind is p.VAR_POSITIONAL
+                                          for p in inspect.signature(model.forward).parameters.values()):
+                shapes = (shapes,)      # forward(*args): torch.export sees one argument, a tuple
             torch.onnx.export(model, args, path, dynamo=True, optimize=False,
-                              opset_version=opset, external_data=False,
+                              opset_version=opset, external_data=False, dynamic_shapes=shapes,
                               input_names=input_names, output_names=output_names)
