@@ -40,9 +40,12 @@ class Impl:
     view: bool = False          # native: the output is the input's bytes with another shape
     overwrites: Any = None      # native: node → the input it may write its output over, if any
     reduced: bool = False       # native: computes in bf16 where the plan says (convs, GEMMs)
+    estimate: Any = None        # node → seconds, where it is not one call over the node's bytes
     doc: str = ""
 
     def cost(self, node: Node) -> float:
+        if self.estimate is not None:
+            return self.estimate(node)
         return LAUNCH_S[self.target] + node_roofline(node)
 
     def reads_plain(self, i: int) -> bool:

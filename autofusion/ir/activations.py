@@ -57,7 +57,7 @@ ACTIVATIONS: dict[str, Activation] = {
     "Sigmoid": Activation({}, lambda op, x: op.Sigmoid(x), lambda F, x: x.sigmoid(),
                           lambda: [("Logistic", 0.0, 0.0)], lambda x: f"af_sigmoid({x})"),
     "Tanh": Activation({}, lambda op, x: op.Tanh(x), lambda F, x: x.tanh(),
-                       lambda: [("Tanh", 0.0, 0.0)], lambda x: f"af_tanh({x})"),
+                       lambda: [("Tanh", 0.0, 0.0)], lambda x: f"tanhf({x})"),
     "HardSigmoid": Activation({"alpha": 0.2, "beta": 0.5},
                               lambda op, x, alpha, beta: op.HardSigmoid(x, alpha=alpha, beta=beta),
                               _hard_sigmoid, lambda alpha, beta: [("HardSigmoid", alpha, beta)],

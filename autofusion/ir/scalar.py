@@ -93,8 +93,8 @@ _TABLE: dict[str, Expression] = {
     "Mish": lambda n, x: f"af_mish({x})",
     "Gelu": lambda n, x: f"af_gelu_tanh({x})" if n.attr("approximate") == "tanh" else f"af_gelu({x})",
     "Clip": _clip,
-    "Tanh": lambda n, x: f"af_tanh({x})", "Erf": lambda n, x: f"erff({x})",
-    "Exp": lambda n, x: f"af_exp({x})", "Log": lambda n, x: f"logf({x})",
+    "Tanh": lambda n, x: f"tanhf({x})", "Erf": lambda n, x: f"erff({x})",
+    "Exp": lambda n, x: f"expf({x})", "Log": lambda n, x: f"logf({x})",
     "Sqrt": lambda n, x: f"sqrtf({x})", "Reciprocal": lambda n, x: f"(1.f / {x})",
     "Neg": lambda n, x: f"(-{x})", "Abs": lambda n, x: f"fabsf({x})",
     "Floor": lambda n, x: f"floorf({x})", "Ceil": lambda n, x: f"ceilf({x})",
@@ -127,7 +127,7 @@ class RowOp:
 
 
 _SUM, _MAX = (("sum", "{x}"),), (("max", "{x}"),)
-_EXP_SUM = (("max", "{x}"), ("sum", "af_exp({x} - {r0})"))
+_EXP_SUM = (("max", "{x}"), ("sum", "expf({x} - {r0})"))
 ROW_OPS: dict[str, RowOp] = {
     "ReduceSum": RowOp(_SUM, "{r0}"),
     "ReduceMean": RowOp(_SUM, "({r0} / {n})"),
@@ -138,10 +138,10 @@ ROW_OPS: dict[str, RowOp] = {
     "ReduceL2": RowOp((("sum", "({x} * {x})"),), "sqrtf({r0})"),
     "ReduceLogSum": RowOp(_SUM, "logf({r0})"),
     # the max taken out where finite, as torch.logsumexp does: an infinite max stays itself
-    "ReduceLogSumExp": RowOp((("max", "{x}"), ("sum", "af_exp({x} - af_finite_or_zero({r0}))")),
+    "ReduceLogSumExp": RowOp((("max", "{x}"), ("sum", "expf({x} - af_finite_or_zero({r0}))")),
                              "(logf({r1}) + af_finite_or_zero({r0}))"),
     "GlobalAveragePool": RowOp(_SUM, "({r0} / {n})"),
     "GlobalMaxPool": RowOp(_MAX, "{r0}"),
-    "Softmax": RowOp(_EXP_SUM, "(af_exp({x} - {r0}) / {r1})"),
+    "Softmax": RowOp(_EXP_SUM, "(expf({x} - {r0}) / {r1})"),
     "LogSoftmax": RowOp(_EXP_SUM, "(({x} - {r0}) - logf({r1}))"),
 }

@@ -1,10 +1,11 @@
 """Building native code: the toolchain, the flags, and the on-disk cache of shared libraries.
 
-Two libraries: the runtime (runtime/runtime.cpp over oneDNN, built once per machine) and one per
+Libraries: the runtime (runtime/runtime.cpp over oneDNN, built once per machine) and one per
 compiled model (its generated partitions, linked to the runtime; a fraction of a second to
-build). Each is cached under AUTOFUSION_CACHE_DIR (default: the user's cache directory) by a
-hash of its source, the compiler and its version, the flags, the CPU and the oneDNN version, so
-a second compile of the same model builds nothing. Builds write to a private file and rename it
+build); and, for a region a torch partition runs, one of its generated kernel alone. Each is
+cached under AUTOFUSION_CACHE_DIR (default: the user's cache directory) by a hash of its source,
+the compiler and its version, the flags, the CPU and the oneDNN version, so a second compile of
+the same model builds nothing. Builds write to a private file and rename it
 into place, under a file lock, so two processes compiling the same model at once are safe.
 """
 from __future__ import annotations
@@ -122,6 +123,17 @@ def model_library(tc: Toolchain, source: str) -> Path:
         _write_atomic(src, source)
     return _build(tc, out, src, MODEL_FLAGS,
                   [f"-I{RUNTIME_DIR}", str(runtime), f"-Wl,-rpath,{runtime.parent}"])
+
+
+def kernel_library(tc: Toolchain, source: str) -> Path:
+    """A shared library of generated kernels alone (C entry points, no runtime, no oneDNN), built
+    unless cached: a region's kernel called from a torch partition."""
+    key = tc.key(source, (RUNTIME_DIR / "scalar.h").read_text())
+    src = cache_dir() / f"kernel-{key}.cpp"
+    out = src.with_suffix(".so")
+    if not out.exists():
+        _write_atomic(src, source)
+    return _build(tc, out, src, MODEL_FLAGS, [f"-I{RUNTIME_DIR}"])
 
 
 def _build(tc: Toolchain, out: Path, src: Path, flags: tuple[str, ...], extra: list[str]) -> Path:

@@ -9,7 +9,9 @@ the one table, KERNELS.
 from . import fused, loss, math, nn, region, tensor  # noqa: F401 - each registers its kernels
 from . import attention, indexing, numeric, quantized, recurrent  # noqa: F401 - newer opsets' ops
 from . import signal, state_space, text, vision  # noqa: F401 - newer opsets' ops
+from . import sequence  # noqa: F401 - tensor sequences (lists of tensors)
 from . import torch_call  # noqa: F401,E402 - the kernel of TorchCall (unmapped PyTorch ops)
+from . import generated  # noqa: F401,E402 - regions as generated C++ kernels, after op by op (region.py)
 from .common import KERNELS, TORCH_DTYPES, Kernel, KernelBuilder, kernel, to_torch, torch_dtype
 
 __all__ = ["KERNELS", "TORCH_DTYPES", "Kernel", "KernelBuilder", "kernel", "to_torch", "torch_dtype"]

@@ -43,14 +43,16 @@ def to_torch(a: np.ndarray, dtype: DType | None = None, name: str = "") -> torch
     return torch.from_numpy(a)
 
 
-def kernel(*names: str, impl: str = "torch", check: Check = accepts):
+def kernel(*names: str, impl: str = "torch", check: Check = accepts, generic: bool = False,
+           estimate=None):
     """Register a kernel builder as the torch implementation `impl` of one or more ops. The one
-    named "torch" runs whatever the node (KERNELS lists those); others check first."""
+    named "torch" (or marked `generic`) runs whatever the node (KERNELS lists those); others
+    check first. `estimate`: node → seconds, where one call over the node's bytes is not its cost."""
     def deco(builder: KernelBuilder) -> KernelBuilder:
         for n in names:
-            if impl == "torch":
+            if impl == "torch" or generic:
                 KERNELS[n] = builder
-            register(n, Impl(impl, "torch", check, build=builder,
+            register(n, Impl(impl, "torch", check, build=builder, estimate=estimate,
                              doc=(builder.__doc__ or "").strip().split("\n")[0]))
         return builder
     return deco

@@ -1,18 +1,25 @@
 """The torch kernel of an automatic fusion region: its body's ops, one PyTorch call each.
 
-This is the region's reference and its fallback (the torch backend, constant folding, a machine
-without a C++ compiler); native partitions run the generated kernel instead.
+This is the region's reference and its fallback (constant folding, a region with symbolic
+dims, a machine without a C++ compiler); native partitions run the generated kernel instead, and
+so do torch partitions where it builds (generated.py).
 """
 from __future__ import annotations
 
+from ...fusion.cost import node_roofline
 from ...ir import Graph, Node
 from ...ir.builder import fused
 from ...ir.fused_ops import typed_body
-from ..impl import torch_impl
+from ..impl import LAUNCH_S, torch_impl
 from .common import kernel, to_torch
 
 
-@kernel(fused("Region"))
+def op_by_op_seconds(node: Node) -> float:
+    """One PyTorch call per body op, each moving its own operands through memory."""
+    return sum(LAUNCH_S["torch"] + node_roofline(n) for n in typed_body(node).nodes)
+
+
+@kernel(fused("Region"), impl="op by op", generic=True, estimate=op_by_op_seconds)
 def region(node: Node):
     """The body's ops one by one."""
     return body_kernel(typed_body(node))

@@ -1,4 +1,4 @@
-"""The float functions scalar.h computes itself (e^x, e^x - 1, tanh, and the activations built on
+"""The float functions scalar.h computes or calls (e^x, e^x - 1, tanh, and the activations built on
 them) against float64 over the whole float range: magnitudes from 1e-30 to past the overflow
 point, both signs, denormal results, NaN and infinities."""
 from __future__ import annotations

@@ -18,8 +18,6 @@
 namespace af {
 
 using Dims = std::vector<int64_t>;
-constexpr float inf = __builtin_inff();
-constexpr float nan = __builtin_nanf("");
 
 // Plain: dense row-major (what the caller's tensors and reshapes need). Any: what oneDNN picks
 // for the producing primitive (a blocked layout along a chain of convolutions).

@@ -23,7 +23,7 @@ static void kernel_0_0(const float* const* in, float* const* out) {
         const float t0 = (x0 * 0.125f);   // Mul
         const float t1 = (t0 + x1);   // Add
         const float t3 = (t1 - t2);   // Sub
-        const float t4 = af_exp(t3);   // Exp
+        const float t4 = expf(t3);   // Exp
         a5_0 += t4;
       }
       const float t5 = a5_0;   // ReduceSum
@@ -34,7 +34,7 @@ static void kernel_0_0(const float* const* in, float* const* out) {
         const float t0 = (x0 * 0.125f);   // Mul
         const float t1 = (t0 + x1);   // Add
         const float t3 = (t1 - t2);   // Sub
-        const float t4 = af_exp(t3);   // Exp
+        const float t4 = expf(t3);   // Exp
         const float t6 = (t4 / t5);   // Div
         out0[r0 * 2048 + r1 * 64 + c0] = t6;
       }
