@@ -45,6 +45,12 @@ def _in_body(node: Node, key: str, run):
     return call
 
 
+def body_step(node: Node, key: str):
+    """The node's subgraph `key` compiled once: a callable whose failures name the body's node
+    (If, Loop, Scan here; SequenceMap in torch_cpu/sequence.py)."""
+    return _in_body(node, key, _program(node.attrs[key]))
+
+
 @kernel("If")
 def if_(node: Node):
     """The branch the condition picks, its outputs the node's."""

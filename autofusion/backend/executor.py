@@ -173,7 +173,11 @@ class Program:
         for v in graph.outputs:
             if v.const is not None:
                 used_consts.add(id(v))
-            results.append(names[id(v)] + (".clone()" if v.producer is None else ""))
+            name = names[id(v)]
+            if v.producer is not None:
+                results.append(name)
+            else:   # a sequence is a list: each element copied
+                results.append(f"[t.clone() for t in {name}]" if v.sequence is not None else name + ".clone()")
         for v in graph.constants.values():
             if id(v) in used_consts:
                 namespace[names[id(v)]] = to_torch(v.const, v.dtype, v.name)

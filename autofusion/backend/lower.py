@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from ..errors import AutofusionError, KernelBuildError
 from ..ir import Graph, Node, Value
+from ..ir.sequences import touches_sequences
 from .impl import Impl, implementations
 
 BACKENDS = ("auto", "native", "torch")
@@ -122,7 +123,10 @@ def lower(graph: Graph, backend: str = "auto", native_unavailable: str | None = 
 def choose(node: Node, targets: tuple[str, ...]) -> Decision:
     accepted, refused = [], []
     for impl in (i for t in targets for i in implementations(node.op, t)):
-        why = impl.check(node)
+        if impl.target == "native" and touches_sequences(node):
+            why = "a tensor sequence (a Python list at run time): native partitions pass only tensors"
+        else:
+            why = impl.check(node)
         if why is None:
             accepted.append(impl)
         else:

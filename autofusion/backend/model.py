@@ -151,7 +151,8 @@ class CompiledModel:
         return [bound[n] for n in names]
 
     def _execute(self, arrays: list[Array]) -> tuple[list[Array], bool]:
-        as_numpy = not any(isinstance(a, torch.Tensor) for a in arrays)
+        as_numpy = not any(isinstance(a, torch.Tensor) for x in arrays
+                           for a in (x if isinstance(x, (list, tuple)) else [x]))
         tensors = [self._check_input(v, a) for v, a in zip(self.graph.inputs, arrays)]
         program = self.program_for(self._check_symbolic_dims(tensors))
         if self.threads is not None and torch.get_num_threads() != self.threads:
@@ -160,13 +161,23 @@ class CompiledModel:
             outs = program(*tensors)
         # an output sharing memory with a caller's input or a constant (Identity, a reshape or
         # slice view) is returned as a copy, so writing to it cannot change either
-        shared = program.constant_storages | {storage(t) for t in tensors}
-        outs = [o.clone() if storage(o) in shared else o for o in outs]
+        shared = program.constant_storages | {storage(t) for t in _tensors(tensors)}
+        outs = [_unshared(o, shared) for o in outs]
         if as_numpy:
-            return [to_numpy(t) for t in outs], True
+            return [_each(to_numpy, t) for t in outs], True
         return list(outs), False
 
-    def _check_input(self, v: Value, a: Array) -> torch.Tensor:
+    def _check_input(self, v: Value, a: Array) -> torch.Tensor | list[torch.Tensor]:
+        if v.sequence is not None:   # a list of arrays, each checked as its elements are typed
+            if not isinstance(a, (list, tuple)):
+                raise InputError(f"input {v.name!r}: expected a sequence (a list of arrays, "
+                                 f"{v.type_str()}), got {type(a).__name__}")
+            element = v.sequence
+            return [self._check_input(Value(f"{v.name}[{k}]", element.shape, element.dtype), e)
+                    for k, e in enumerate(a)]
+        if isinstance(a, (list, tuple)):
+            raise InputError(f"input {v.name!r}: expected a tensor ({v.type_str()}), got a "
+                             f"{type(a).__name__}")
         if a is None:   # an empty optional: the IR holds an optional input as its tensor
             raise InputError(f"input {v.name!r}: got None; autofusion needs a tensor for every "
                              "input (an optional one included)")
@@ -204,6 +215,20 @@ class CompiledModel:
                                          f"but {seen[d][1]} gave {d!r} = {seen[d][0]}")
                     seen.setdefault(d, (size, repr(v.name)))
         return {d: size for d, (size, _) in seen.items()}
+
+
+def _tensors(values: list) -> list[torch.Tensor]:
+    """The tensors among run-time values, each sequence's elements included."""
+    return [t for x in values for t in (x if isinstance(x, list) else [x])]
+
+
+def _each(fn, x):
+    """fn of a tensor, or of each element of a sequence (a list)."""
+    return [fn(e) for e in x] if isinstance(x, list) else fn(x)
+
+
+def _unshared(t, shared: set[int]):
+    return _each(lambda e: e.clone() if storage(e) in shared else e, t)
 
 
 def _check_size(v: Value, shape: tuple, nbytes: int) -> None:

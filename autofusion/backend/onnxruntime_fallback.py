@@ -10,7 +10,8 @@ Shapes are left to ONNX Runtime, so a group whose output shapes ONNX's inference
 runs all the same. Where an input's element type is unknown until run time (it comes after an
 op ONNX cannot type), a session is made on the first call for the types the tensors have.
 
-Tensors cross as numpy arrays sharing memory (no copies on the way out). ONNX Runtime keeps
+Tensors cross as numpy arrays sharing memory (no copies on the way out), a sequence as a list
+of them (its graph input declared a sequence of its elements' type). ONNX Runtime keeps
 its own thread pool: it takes as many threads as PyTorch and does not spin between calls, so
 it leaves the cores to PyTorch's and oneDNN's pool.
 """
@@ -47,7 +48,9 @@ def complete_model(node: Node, input_types: list[DType]) -> onnx.ModelProto:
     g = model.graph
     names, runtime = node.attr("input_names"), _runtime_inputs(node)
     for i, dtype in zip(runtime, input_types):
-        g.input.append(helper.make_tensor_value_info(names[i], int(dtype), None))
+        g.input.append(helper.make_tensor_sequence_value_info(names[i], int(dtype), None)
+                       if node.inputs[i].sequence is not None
+                       else helper.make_tensor_value_info(names[i], int(dtype), None))
     g.initializer.extend(_initializer(names[i], v) for i, v in enumerate(node.inputs)
                          if i not in runtime)
     for name, v in zip(node.attr("output_names"), node.outputs):
@@ -73,16 +76,31 @@ def open_session(node: Node, input_types: list[DType]) -> ort.InferenceSession:
                                f"of ONNX node(s) {', '.join(map(repr, node.origin))}: {e}") from None
 
 
-def _as_numpy(t: torch.Tensor) -> np.ndarray:
+def _as_numpy(t: torch.Tensor | list) -> np.ndarray | list:
+    if isinstance(t, list):   # a sequence
+        return [_as_numpy(e) for e in t]
     if t.dtype == torch.bfloat16:
         raise NotImplementedError("a bfloat16 tensor cannot cross into ONNX Runtime (numpy has no bfloat16)")
     return t.detach().contiguous().numpy()
 
 
-def _as_torch(a: np.ndarray) -> torch.Tensor:
+def _as_torch(a: np.ndarray | list) -> torch.Tensor | list:
+    if isinstance(a, list):   # a sequence
+        return [_as_torch(e) for e in a]
     if a.dtype == np.object_:
         raise NotImplementedError("ONNX Runtime returned strings, which a torch tensor cannot hold")
     return torch.from_numpy(a) if a.flags.writeable else torch.from_numpy(a.copy())
+
+
+def _element_type(v: Value) -> DType | None:
+    """A tensor's dtype, a sequence's elements'."""
+    return v.dtype if v.sequence is None else v.sequence.dtype
+
+
+def _run_time_type(t: torch.Tensor | list) -> DType:
+    if isinstance(t, list):   # a sequence: its elements' type (float for an empty one)
+        return ONNX_TYPE[t[0].dtype] if t else DType.FLOAT
+    return ONNX_TYPE[t.dtype]
 
 
 def _onnx_runtime_call(node: Node) -> Callable:
@@ -90,13 +108,13 @@ def _onnx_runtime_call(node: Node) -> Callable:
     runtime = _runtime_inputs(node)
     names = [node.attr("input_names")[i] for i in runtime]
     outputs = node.attr("output_names")
-    known = [node.inputs[i].dtype for i in runtime]
+    known = [_element_type(node.inputs[i]) for i in runtime]
     sessions: dict[tuple, ort.InferenceSession] = {}
     if all(known):
         sessions[tuple(known)] = open_session(node, known)
 
     def run(*tensors: torch.Tensor):
-        key = tuple(known) if all(known) else tuple(ONNX_TYPE[t.dtype] for t in tensors)
+        key = tuple(known) if all(known) else tuple(map(_run_time_type, tensors))
         session = sessions.get(key)
         if session is None:
             session = sessions[key] = open_session(node, list(key))

@@ -13,6 +13,7 @@ from ..errors import InputError
 from ..fusion.pipeline import cleanup
 from ..ir import Graph, Node, Shape, Value
 from ..ir.builder import shape_contradiction
+from ..ir.graph import SequenceType
 from .executor import evaluate_node
 
 
@@ -25,14 +26,17 @@ def specialise(graph: Graph, sizes: dict[str, int]) -> Graph:
     def sized(shape: Shape) -> Shape:
         return None if shape is None else tuple(sizes.get(d, d) if isinstance(d, str) else d for d in shape)
 
+    def sequence(v: Value) -> SequenceType | None:
+        return v.sequence and SequenceType(v.sequence.dtype, sized(v.sequence.shape))
+
     g = Graph(graph.name, graph.opset)
     copies: dict[int, Value] = {}
     for v in graph.inputs:
-        copies[id(v)] = g.add_input(v.name, sized(v.shape), v.dtype)
+        copies[id(v)] = g.add_input(v.name, sized(v.shape), v.dtype, sequence(v))
     for v in graph.constants.values():
         copies[id(v)] = g.add_constant(v.name, v.const, v.dtype)
     for n in graph.nodes:
-        outs = [Value(o.name, sized(o.shape), o.dtype) for o in n.outputs]
+        outs = [Value(o.name, sized(o.shape), o.dtype, sequence=sequence(o)) for o in n.outputs]
         copies.update((id(o), c) for o, c in zip(n.outputs, outs))
         copy = Node(n.op_type, [None if v is None else copies[id(v)] for v in n.inputs], outs,
                     n.attrs, n.name, n.domain, n.origin)

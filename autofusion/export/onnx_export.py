@@ -30,9 +30,16 @@ from ..ir.onnx_runtime_call import ORT_KEY
 _IR_VERSION = 10  # understood by onnxruntime >= 1.20
 
 
-def _value_info(v: Value) -> onnx.ValueInfoProto:
-    shape = None if v.shape is None else [d if d is not None else None for d in v.shape]
-    return helper.make_tensor_value_info(v.name, int(v.dtype or 0), shape)
+def _value_info(v: Value, name: str | None = None) -> onnx.ValueInfoProto:
+    """The value's ONNX type: a tensor's, or a sequence of its elements' tensor type."""
+    if v.sequence is not None:
+        return helper.make_tensor_sequence_value_info(name or v.name, int(v.sequence.dtype or 0),
+                                                      v.sequence.shape)
+    return helper.make_tensor_value_info(name or v.name, int(v.dtype or 0), v.shape)
+
+
+def _typed(v: Value) -> bool:
+    return v.dtype is not None or v.sequence is not None
 
 
 def _tensor(name: str, data: np.ndarray, dtype: DType | None) -> onnx.TensorProto:
@@ -134,20 +141,20 @@ def _body_proto(body: Graph, outer: list[str], functions: list[onnx.FunctionProt
         # an ONNX body output is a value the body computes, once: an input, a constant or a
         # value given twice goes out through an Identity
         if v.producer is None or id(v) in written:
-            out = Value(v.name, v.shape, v.dtype)
+            out = Value(v.name, v.shape, v.dtype, sequence=v.sequence)
             own(out)
             nodes.append(helper.make_node("Identity", [name(v)], [name(out)], name=f"{name(out)}/out{k}"))
             v = out
         written.add(id(v))
-        outputs.append(helper.make_tensor_value_info(name(v), int(v.dtype or 0), v.shape))
-    inner = [v for m in body.nodes for v in m.outputs if v.dtype is not None and id(v) not in written]
+        outputs.append(_value_info(v, name(v)))
+    inner = [v for m in body.nodes for v in m.outputs if _typed(v) and id(v) not in written]
     return helper.make_graph(
         nodes, body.name,
-        inputs=[helper.make_tensor_value_info(name(v), int(v.dtype or 0), v.shape) for v in body.inputs[:formal]],
+        inputs=[_value_info(v, name(v)) for v in body.inputs[:formal]],
         outputs=outputs,
         initializer=[_tensor(name(v), v.const, v.dtype) for v in body.constants.values()
                      if v.uses or any(o is v for o in body.outputs)],
-        value_info=[helper.make_tensor_value_info(name(v), int(v.dtype), v.shape) for v in inner])
+        value_info=[_value_info(v, name(v)) for v in inner])
 
 
 def _plain_attrs(n: Node) -> dict:
@@ -198,7 +205,7 @@ def export_onnx(graph: Graph, path: str | os.PathLike | None = None, *,
     functions: list[onnx.FunctionProto] = []
     nodes = _graph_nodes(graph, functions, {v.name for v in graph.values()})
     inner = [v for n in graph.nodes for v in n.outputs
-             if v.dtype is not None and all(v is not o for o in graph.outputs)]
+             if _typed(v) and all(v is not o for o in graph.outputs)]
     g = helper.make_graph(
         nodes, graph.name,
         inputs=[_value_info(v) for v in graph.inputs],

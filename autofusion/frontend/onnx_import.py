@@ -3,9 +3,10 @@
 Reads a path or ModelProto, runs ONNX's own shape inference (with data propagation, so shape
 arithmetic resolves where it can), and maps every ONNX construct onto the IR one to one:
 initializers and Constant nodes become constant Values, value_info gives each edge its shape and
-dtype, an omitted optional input becomes None; If, Loop and Scan bring their bodies as IR
-graphs (onnx_subgraphs.py). The nodes without a kernel here (an op missing from the op table, a
-subgraph holding one, a sequence) become OnnxRuntimeCall nodes, one per connected group
+dtype (a sequence of tensors its SequenceType), an omitted optional input becomes None; If,
+Loop, Scan and SequenceMap bring their bodies as IR graphs (onnx_subgraphs.py). The nodes
+without a kernel here (an op missing from the op table, a subgraph holding one, a map, an
+optional of a sequence) become OnnxRuntimeCall nodes, one per connected group
 (onnx_runtime_groups.py); a strict import reports them all together in one UnsupportedOpError.
 
 Two spellings exporters use are read as what they mean. The domain "ai.onnx" is the default
@@ -28,13 +29,15 @@ from onnx import helper, numpy_helper
 from ..errors import GraphError, ModelLoadError, UnsupportedOpError
 from ..ir import FUSED_DOMAIN, DType, Graph, Value, lookup, op_key
 from ..ir.builder import infer_types
+from ..ir.graph import SequenceType
+from ..ir.sequences import is_sequence_op, sequence_outputs
 from ..ir.onnx_runtime_call import ORT_DOMAIN
 from .legacy import per_channel_slopes
 from .onnx_checks import check_input_types, check_nodes, check_rules, check_text
 from .onnx_runtime_groups import call_attributes, group_for_onnx_runtime, non_tensor_nodes
 from .onnx_subgraphs import import_bodies, is_subgraph
 from .optionals import OPTIONAL_OPS, optionals_to_tensors
-from .sequences import SEQUENCE_OPS, sequences_to_split
+from .sequences import sequences_to_split
 from .untyped_ops import type_uninferred_outputs
 
 
@@ -233,6 +236,24 @@ def value_type(vi: onnx.ValueInfoProto):
     return None, None
 
 
+def sequence_type(vi: onnx.ValueInfoProto) -> SequenceType | None:
+    """What a value ONNX types as a sequence of tensors holds (None: not such a sequence)."""
+    t = vi.type
+    if not t.HasField("sequence_type"):
+        return None
+    elem = t.sequence_type.elem_type
+    if elem.WhichOneof("value") is None:
+        return SequenceType()
+    if not elem.HasField("tensor_type"):
+        return None
+    et = elem.tensor_type.elem_type
+    # a symbolic dim binds nothing across elements (ONNX's own tests give elements of several
+    # lengths for "N"), so it is unknown here
+    dims = _dims(elem.tensor_type)
+    dims = None if dims is None else tuple(d if isinstance(d, int) else None for d in dims)
+    return SequenceType(element_type(et, f"value {vi.name!r}") if et else None, dims)
+
+
 def element_type(code: int, what: str) -> DType:
     """The DType of an ONNX element-type code; a ModelLoadError naming `what` for an unknown one."""
     try:
@@ -315,7 +336,7 @@ def import_onnx(source: str | os.PathLike | onnx.ModelProto, strict: bool = Fals
     where = "" if isinstance(source, onnx.ModelProto) else f"{source}: "
     unsupported = [(op_key(n.domain, n.op_type), n.name or f"#{i}")
                    for i, n in enumerate(model.graph.node)
-                   if lookup(n.domain, n.op_type) is None and n.op_type not in SEQUENCE_OPS | OPTIONAL_OPS]
+                   if lookup(n.domain, n.op_type) is None and n.op_type not in OPTIONAL_OPS]
     if unsupported and strict:
         raise UnsupportedOpError(unsupported)
     check_nodes(model, where)
@@ -326,9 +347,7 @@ def import_onnx(source: str | os.PathLike | onnx.ModelProto, strict: bool = Fals
     unsupported = [(f"{op} (an optional of a sequence)", name) for op, name in optionals_to_tensors(model, where)]
     if unsupported and strict:
         raise UnsupportedOpError(unsupported)
-    unsupported = sequences_to_split(model)
-    if unsupported and strict:
-        raise UnsupportedOpError([(f"{op} (a tensor sequence)", name) for op, name in unsupported])
+    sequences_to_split(model)
     if not strict:
         group_for_onnx_runtime(model)
     elif non_tensor_nodes(model):
@@ -338,6 +357,7 @@ def import_onnx(source: str | os.PathLike | onnx.ModelProto, strict: bool = Fals
     graph = Graph(g.name or "main", opset)
 
     types = {vi.name: value_type(vi) for vi in [*g.value_info, *g.input, *g.output]}
+    types.update(sequence_types([*g.value_info, *g.input, *g.output]))
     values: dict[str, Value] = {}
 
     def named(name: str) -> Value:
@@ -354,13 +374,13 @@ def import_onnx(source: str | os.PathLike | onnx.ModelProto, strict: bool = Fals
             if vi.name in initializers:  # old-style models list initializers as inputs too
                 continue
             shape, dtype = value_type(vi)
-            values[vi.name] = graph.add_input(vi.name, shape, dtype)
+            values[vi.name] = graph.add_input(vi.name, shape, dtype, sequence_type(vi))
 
         for i, n in enumerate(g.node):
             name = n.name or f"{n.op_type}_{i}"
             if n.domain == ORT_DOMAIN:
                 attrs, origin = call_attributes(n)
-                outs = [Value(o, *types.get(o, (None, None))) for o in n.output]
+                outs = [typed_value(o, types) for o in n.output]
                 values.update((v.name, v) for v in outs)
                 graph.add_node(n.op_type, [named(x) for x in n.input], outs, attrs, name, n.domain, origin)
                 continue
@@ -396,15 +416,33 @@ def import_node(graph: Graph, n: onnx.NodeProto, name: str, named, values: dict[
     for k, o in enumerate(n.output):
         if not o:  # an omitted optional output (its index: two omitted need two names)
             o = graph.fresh_name(f"{name}_unused{k}")
-        values[o] = Value(o, *types.get(o, (None, None)))
+        values[o] = typed_value(o, types)
         outs.append(values[o])
     if n.domain == FUSED_DOMAIN and n.op_type == "Region" and "body" not in attrs:
         attrs["body"] = _function_body(model, n, inputs, where)
     if any(is_subgraph(a) for a in n.attribute):   # If, Loop, Scan: bodies and captured inputs
         attrs, inputs = import_bodies(graph, n, name, attrs, inputs, named, where, model)
     node = graph.add_node(n.op_type, inputs, outs, attrs, name, n.domain)
-    if all(v.dtype is None for v in outs):   # ONNX's inference does not know the op
-        infer_types(node)                    # (a custom one): the op table's rule
+    if all(v.dtype is None and v.sequence is None for v in outs):   # ONNX's inference does not
+        infer_types(node)                    # know the op (a custom one): the op table's rule
+    if is_sequence_op(node):   # the IR's rules: ONNX's inference gives a SequenceAt the
+        infer_types(node)      # symbolic dims of the element type, which bind nothing
+    for v, sequence in zip(outs, sequence_outputs(node)):
+        if v.sequence is None and sequence is not None:   # in a body ONNX could not type
+            v.sequence, v.shape, v.dtype = sequence, None, None
+
+
+def sequence_types(vis) -> dict[str, SequenceType]:
+    """The sequences among these ValueInfos, by name: a `types` entry (beside the (shape,
+    dtype) of each tensor) is a SequenceType for a sequence."""
+    return {vi.name: st for vi in vis if (st := sequence_type(vi)) is not None}
+
+
+def typed_value(name: str, types: dict) -> Value:
+    """A new Value with the type ONNX's inference gave it: a tensor's shape and dtype, or the
+    elements of a sequence."""
+    t = types.get(name, (None, None))
+    return Value(name, sequence=t) if isinstance(t, SequenceType) else Value(name, *t)
 
 
 def _function_body(model: onnx.ModelProto, call: onnx.NodeProto, inputs: list[Value | None],

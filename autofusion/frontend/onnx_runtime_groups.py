@@ -3,10 +3,14 @@ so every valid model compiles: ONNX Runtime runs them, autofusion the rest.
 
 A node is foreign when
   - its op is not in the op table (TfIdfVectorizer, com.microsoft::Gelu, a model-local function),
-  - it has a subgraph attribute, unless it is an If, Loop or Scan (from Scan-9) whose bodies
-    hold only tensors and nodes that run here (autofusion's own control flow then): a body on
-    sequences keeps its whole node here, its outer reads by name becoming inputs of the group, or
-  - it reads or writes a value the IR cannot hold: a sequence, map or optional, or strings.
+  - it has a subgraph attribute, unless it is an If, Loop, Scan (from Scan-9) or SequenceMap
+    whose bodies hold only values the IR holds and nodes that run here (autofusion's own
+    control flow then): a body with a foreign node keeps its whole node here, its outer reads
+    by name becoming inputs of the group, or
+  - it reads or writes a value the IR cannot hold: a map, an optional (optionals.py reads those
+    of tensors as tensors before this), a sequence of anything but tensors, or strings.
+A sequence of tensors is an IR value (ir/sequences.py), and may cross into or out of a group:
+ONNX Runtime takes and returns it as a list.
 
 Connected foreign nodes (one reads a value another makes) form one group, so the values between
 them, whatever their type, never leave ONNX Runtime, and one session call runs them all. A group
@@ -57,6 +61,10 @@ def _not_a_tensor(t: onnx.TypeProto | None) -> str | None:
         return None
     if t.HasField("tensor_type"):
         return "string tensor" if t.tensor_type.elem_type == onnx.TensorProto.STRING else None
+    if t.HasField("sequence_type"):   # a sequence of tensors is an IR value
+        inner = _not_a_tensor(t.sequence_type.elem_type)
+        nested = t.sequence_type.elem_type.HasField("sequence_type")
+        return None if inner is None and not nested else f"sequence of {inner or 'sequences'}s"
     return t.WhichOneof("value").removesuffix("_type").replace("_", " ")
 
 
@@ -70,7 +78,7 @@ def _foreign(n: onnx.NodeProto, types: dict[str, onnx.TypeProto], opset: int = 2
 
 def bodies_run_here(n: onnx.NodeProto, types: dict[str, onnx.TypeProto], opset: int) -> bool:
     """Whether a node with subgraphs is control flow autofusion runs (If, Loop, Scan but the
-    Scan of opset 8) with bodies of tensors whose every node runs here."""
+    Scan of opset 8, SequenceMap) with bodies of IR values whose every node runs here."""
     if n.domain not in ("", "ai.onnx") or n.op_type not in BODIES or n.op_type == "Scan" and opset < 9:
         return False
     for g in _subgraphs(n):
@@ -195,8 +203,8 @@ def call_attributes(call: onnx.NodeProto) -> tuple[dict, tuple[str, ...]]:
 
 
 def non_tensor_nodes(model: onnx.ModelProto) -> list[tuple[str, str]]:
-    """The nodes of ops in the table that read or write a value the IR cannot hold (a sequence,
-    an optional of one, strings), as (op and what, node name): what a strict import refuses
+    """The nodes of ops in the table that read or write a value the IR cannot hold (an optional
+    of a sequence, a map, strings), as (op and what, node name): what a strict import refuses
     beyond the ops without a kernel."""
     g = model.graph
     types = {vi.name: vi.type for vi in [*g.value_info, *g.input, *g.output]}

@@ -1,4 +1,4 @@
-"""The bodies of If, Loop and Scan → IR Graphs (ir/control_flow.py), their outer reads made explicit.
+"""The bodies of If, Loop, Scan and SequenceMap → IR Graphs (ir/control_flow.py), their outer reads made explicit.
 
 An ONNX body reads values of the enclosing graphs by name. Imported, each such value becomes
   - a constant of the body (the same data) where it is a constant outside (a weight, a Constant
@@ -13,7 +13,8 @@ Types: ONNX's shape inference (as the importer runs it on the main graph) on eac
 model of its own, its inputs typed as the node's operands give them (a Loop's carried values,
 a Scan's slices), where the body does not declare them, and its outer reads typed as outside.
 Dims inference makes up inside a body are unknown (they could equal unrelated dims outside).
-A Loop's carried value gets, by a fixed point, the dims its initial value (or declared type) and
+A sequence (a Loop's carried list, a SequenceMap's input) is typed as one: SequenceMap's body
+gets an element of each sequence input. A Loop's carried tensor gets, by a fixed point, the dims its initial value (or declared type) and
 the body's result agree on: one that grows between iterations has an unknown dim there. What ONNX cannot type, the op table's rules do.
 """
 from __future__ import annotations
@@ -26,9 +27,11 @@ from onnx import helper
 from ..errors import ModelLoadError, UnsupportedOpError
 from ..ir import DType, Graph, Shape, Value, lookup, op_key
 from ..ir.control_flow import BODIES, merge_shapes
+from ..ir.graph import SequenceType
 from .onnx_runtime_groups import _free_names
 
-Types = dict[str, tuple[Shape, DType | None]]
+Type = tuple[Shape, DType | None] | SequenceType   # a tensor's, or a sequence's elements
+Types = dict[str, Type]
 
 
 def is_subgraph(a: onnx.AttributeProto) -> bool:
@@ -50,7 +53,7 @@ class Scope:
             if v.const is not None:
                 self.own[name] = self.graph.add_constant(name, v.const, v.dtype)
             else:
-                self.own[name] = self.graph.add_input(name, v.shape, v.dtype)
+                self.own[name] = self.graph.add_input(name, v.shape, v.dtype, v.sequence)
                 self.captured.append(v)
         return self.own[name]
 
@@ -78,12 +81,15 @@ def import_bodies(graph: Graph, n: onnx.NodeProto, name: str, attrs: dict, input
     return attrs, inputs + captured
 
 
-def _formal_types(n: onnx.NodeProto, attrs: dict, inputs: list) -> list[tuple[Shape, DType | None]]:
+def _formal_types(n: onnx.NodeProto, attrs: dict, inputs: list) -> list[Type]:
     """What the node hands its body's ONNX inputs, from its operands."""
     def t(v: Value | None):
-        return (None, None) if v is None else (v.shape, v.dtype)
+        return (None, None) if v is None else v.sequence or (v.shape, v.dtype)
     if n.op_type == "If":
         return []
+    if n.op_type == "SequenceMap":   # an element of each sequence, each tensor whole
+        return [(v.sequence.shape, v.sequence.dtype) if v is not None and v.sequence else t(v)
+                for v in inputs]
     if n.op_type == "Loop":
         return [((), DType.INT64), ((), DType.BOOL)] + [t(v) for v in inputs[2:]]
     m = attrs.get("num_scan_inputs", 0)
@@ -99,26 +105,27 @@ def _formal_types(n: onnx.NodeProto, attrs: dict, inputs: list) -> list[tuple[Sh
 def _import_body(graph: Graph, proto: onnx.GraphProto, formal: list, named: Callable[[str], Value],
                  where: str, model: onnx.ModelProto, carried: bool) -> tuple[Graph, Scope]:
     # onnx_import imports this module: its names are taken at call time
-    from .onnx_import import element_type, import_node, tensor_array, value_type
+    from .onnx_import import element_type, import_node, sequence_type, tensor_array, value_type
 
-    declared = [value_type(vi) for vi in proto.input]
-    if len(declared) != len(formal):
-        raise ModelLoadError(f"{where}the body takes {len(declared)} input(s), the node gives it {len(formal)}")
-    ins = [(s if s is not None else fs, d or fd) for (s, d), (fs, fd) in zip(declared, formal)]
+    if len(proto.input) != len(formal):
+        raise ModelLoadError(f"{where}the body takes {len(proto.input)} input(s), the node gives it {len(formal)}")
+    ins = [_declared_or_given(vi, f) for vi, f in zip(proto.input, formal)]
     outer = {x: named(x) for x in sorted(_free_names(proto))}
     types = _inferred_types(proto, ins, outer, model)
     if carried:   # a carried value's dims: those its initial value and each iteration's agree on
         for _ in range(3):
-            widened = [(merge_shapes(s, types.get(o.name, (None,))[0]) if k >= 2 else s, d)
-                       for k, ((s, d), o) in enumerate(zip(ins, [None, *proto.output]))]
+            widened = [(merge_shapes(t[0], _shape(types.get(o.name))), t[1])
+                       if k >= 2 and not isinstance(t, SequenceType) else t
+                       for k, (t, o) in enumerate(zip(ins, [None, *proto.output]))]
             if widened == ins:
                 break
             ins, types = widened, _inferred_types(proto, widened, outer, model)
 
     body = Graph(proto.name or "body", graph.opset)
     scope = Scope(body, named)
-    for vi, (shape, dtype) in zip(proto.input, ins):
-        scope.own[vi.name] = body.add_input(vi.name, shape, dtype)
+    for vi, t in zip(proto.input, ins):
+        scope.own[vi.name] = (body.add_input(vi.name, None, None, t) if isinstance(t, SequenceType)
+                              else body.add_input(vi.name, *t))
     for t in proto.initializer:
         what = f"{where}initializer {t.name!r}"
         scope.own[t.name] = body.add_constant(t.name, tensor_array(t, what), element_type(t.data_type, what))
@@ -129,6 +136,8 @@ def _import_body(graph: Graph, proto: onnx.GraphProto, formal: list, named: Call
         import_node(body, node, node.name or f"{node.op_type}_{i}", scope, scope.own, types, where, model)
     for vi in proto.output:
         v = scope(vi.name)
+        if v.sequence is None and sequence_type(vi) is not None:
+            v.sequence = sequence_type(vi)
         shape, dtype = value_type(vi)
         v.shape = v.shape if v.shape is not None else shape
         v.dtype = v.dtype if v.dtype is not None else dtype
@@ -139,8 +148,8 @@ def _import_body(graph: Graph, proto: onnx.GraphProto, formal: list, named: Call
 def _inferred_types(proto: onnx.GraphProto, ins: list, outer: dict[str, Value],
                     model: onnx.ModelProto) -> Types:
     """ONNX's shape inference on the body as a model of its own (no types where it fails)."""
-    from .onnx_import import value_type
-    known = {d for s, _ in ins for d in s or () if isinstance(d, str)} | \
+    from .onnx_import import sequence_type, value_type
+    known = {d for t in ins if not isinstance(t, SequenceType) for d in t[0] or () if isinstance(d, str)} | \
         {d for v in outer.values() for d in v.shape or () if isinstance(d, str)}
     part = onnx.ModelProto(ir_version=max(model.ir_version, 7), opset_import=model.opset_import,
                            functions=model.functions)
@@ -149,10 +158,10 @@ def _inferred_types(proto: onnx.GraphProto, ins: list, outer: dict[str, Value],
     g.node.extend(proto.node)
     g.initializer.extend(proto.initializer)
     g.value_info.extend(proto.value_info)
-    for vi, (shape, dtype) in zip(proto.input, ins):
-        g.input.append(helper.make_tensor_value_info(vi.name, int(dtype or 0), shape))
+    for vi, t in zip(proto.input, ins):
+        g.input.append(_value_info(vi.name, t))
     for name, v in outer.items():
-        g.input.append(helper.make_tensor_value_info(name, int(v.dtype or 0), v.shape))
+        g.input.append(_value_info(name, v.sequence or (v.shape, v.dtype)))
     g.output.extend(onnx.ValueInfoProto(name=o.name) for o in proto.output)
     try:
         inferred = onnx.shape_inference.infer_shapes(part, data_prop=True).graph
@@ -165,7 +174,31 @@ def _inferred_types(proto: onnx.GraphProto, ins: list, outer: dict[str, Value],
             if shape is not None:   # a dim inference made up inside the body: unknown
                 shape = tuple(None if isinstance(d, str) and d not in known else d for d in shape)
             types[vi.name] = (shape, dtype)
+        elif (element := sequence_type(vi)) is not None:   # a sequence: its elements' static dims
+            types[vi.name] = element
     return types
+
+
+def _shape(t: Type | None) -> Shape:
+    return None if t is None or isinstance(t, SequenceType) else t[0]
+
+
+def _value_info(name: str, t: Type) -> onnx.ValueInfoProto:
+    if isinstance(t, SequenceType):
+        return helper.make_tensor_sequence_value_info(name, int(t.dtype or 0), t.shape)
+    return helper.make_tensor_value_info(name, int(t[1] or 0), t[0])
+
+
+def _declared_or_given(vi: onnx.ValueInfoProto, given: Type) -> Type:
+    """A body input's type: what the body declares, completed by what the node gives."""
+    from .onnx_import import sequence_type, value_type
+    declared = sequence_type(vi)
+    if declared is not None or isinstance(given, SequenceType):
+        d = declared or SequenceType()
+        g = given if isinstance(given, SequenceType) else SequenceType()
+        return SequenceType(d.dtype or g.dtype, d.shape if d.shape is not None else g.shape)
+    (s, d), (fs, fd) = value_type(vi), given
+    return (s if s is not None else fs, d or fd)
 
 
 def _align(scopes: list[Scope]) -> list[Value]:
@@ -178,6 +211,6 @@ def _align(scopes: list[Scope]) -> list[Value]:
         mine = dict(zip(map(id, s.captured), body.inputs[len(formal):]))
         for v in union:
             if id(v) not in mine:
-                mine[id(v)] = body.add_input(body.fresh_name(v.name), v.shape, v.dtype)
+                mine[id(v)] = body.add_input(body.fresh_name(v.name), v.shape, v.dtype, v.sequence)
         body.inputs = formal + [mine[id(v)] for v in union]
     return union

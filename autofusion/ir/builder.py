@@ -11,6 +11,7 @@ import numpy as np
 from ..errors import GraphError
 from .graph import Graph, Node, Value, op_key
 from .ops import lookup
+from .sequences import sequence_outputs
 
 FUSED_DOMAIN = "autofusion"
 
@@ -89,3 +90,5 @@ def infer_types(node: Node) -> None:
         return
     for v, (shape, dtype) in zip(node.outputs, types or ()):
         v.shape, v.dtype = shape, dtype
+    for v, sequence in zip(node.outputs, sequence_outputs(node)):
+        v.sequence = sequence   # an Identity of a sequence, a SequenceInsert: a sequence

@@ -21,8 +21,9 @@ from ..errors import GraphError
 from .graph import Graph, Node, Shape
 from .ops import OpClass, OpDef, register
 
-# op -> its subgraph attributes
-BODIES = {"If": ("then_branch", "else_branch"), "Loop": ("body",), "Scan": ("body",)}
+# op -> its subgraph attributes (SequenceMap's body runs per element: ir/sequences.py)
+BODIES = {"If": ("then_branch", "else_branch"), "Loop": ("body",), "Scan": ("body",),
+          "SequenceMap": ("body",)}
 
 
 def is_control_flow(node: Node) -> bool:
@@ -62,8 +63,9 @@ def verify_bodies(node: Node) -> None:
         return
     captured, formal = captured_inputs(node), formal_count(node)
     # what the node hands each body before the captured values: If nothing, Loop (iter, cond,
-    # v...), Scan its inputs (state..., one slice of each scan input)
-    given = {"If": 0, "Loop": 2 + max(formal - 2, 0), "Scan": formal}[node.op_type]
+    # v...), Scan its inputs (state..., one slice of each scan input), SequenceMap its inputs
+    # (an element of each sequence)
+    given = {"If": 0, "Loop": 2 + max(formal - 2, 0), "Scan": formal, "SequenceMap": formal}[node.op_type]
     for key, body in bodies(node):
         body.verify()
         inner = body.inputs[given:]

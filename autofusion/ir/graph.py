@@ -2,7 +2,7 @@
 
 A Value is a tensor edge: name, shape (ints, symbolic names, None for unknown), dtype, the node
 that produces it (None for graph inputs and constants), the nodes that use it, and its data when
-it is a constant. A Node is one operator application with ONNX semantics (op type, domain,
+it is a constant; or a sequence of tensors (`Value.sequence`, ir/sequences.py). A Node is one operator application with ONNX semantics (op type, domain,
 attributes). A Graph owns its nodes, inputs, outputs and constants.
 
 Nodes are kept as an insertion-ordered set; `Graph.nodes` gives them in a stable topological
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
@@ -24,14 +25,30 @@ Dim = int | str | None          # static size, symbolic name, or unknown
 Shape = tuple[Dim, ...] | None  # None: rank unknown
 
 
+@dataclass(frozen=True)
+class SequenceType:
+    """What a sequence of tensors holds: its elements' dtype and shape, each None where unknown
+    (a dim where the elements differ is None)."""
+    dtype: DType | None = None
+    shape: Shape = None
+
+    def type_str(self) -> str:
+        return f"seq({Value('', self.shape, self.dtype).type_str()})"
+
+
 class Value:
-    __slots__ = ("name", "shape", "dtype", "producer", "uses", "const")
+    __slots__ = ("name", "shape", "dtype", "producer", "uses", "const", "sequence")
 
     def __init__(self, name: str, shape: Shape = None, dtype: DType | None = None,
-                 const: np.ndarray | None = None):
+                 const: np.ndarray | None = None, sequence: SequenceType | None = None):
         self.name = name
         self.shape: Shape = tuple(shape) if shape is not None else None
         self.dtype = dtype
+        # a sequence of tensors (a Python list at run time): no tensor shape or dtype of its own,
+        # so nothing that reads tensors' types takes it for one
+        self.sequence = sequence
+        if sequence is not None:
+            self.shape = self.dtype = None
         self.producer: Node | None = None
         self.uses: list[tuple[Node, int]] = []   # (consumer, input index)
         self.const = const
@@ -54,6 +71,8 @@ class Value:
         return self.shape is not None and all(isinstance(d, int) for d in self.shape)
 
     def type_str(self) -> str:
+        if self.sequence is not None:
+            return self.sequence.type_str()
         dt = self.dtype.name.lower() if self.dtype is not None else "?"
         if self.shape is None:
             return f"{dt}[...]"
@@ -122,8 +141,9 @@ class Graph:
         self._suffix: dict[str, int] = {}    # fresh_name: the last suffix per hint
 
     # ---- building ---------------------------------------------------------------------
-    def add_input(self, name: str, shape: Shape, dtype: DType | None) -> Value:
-        v = Value(name, shape, dtype)
+    def add_input(self, name: str, shape: Shape, dtype: DType | None,
+                  sequence: SequenceType | None = None) -> Value:
+        v = Value(name, shape, dtype, sequence=sequence)
         self._claim(name)
         self.inputs.append(v)
         return v
@@ -266,6 +286,7 @@ class Graph:
     def verify(self) -> None:
         """Check the IR invariants; raise GraphError naming the first broken one."""
         from .ops import lookup  # the op table lives beside the IR
+        from .sequences import sequence_misuse
 
         defined: dict[str, Value] = {}
 
@@ -288,6 +309,9 @@ class Graph:
                 raise GraphError(f"{node.describe()} is listed but owned by another graph")
             if lookup(node.domain, node.op_type) is None:
                 raise GraphError(f"{node.describe()}: operator {node.op} is not in the op table")
+            misuse = sequence_misuse(node)
+            if misuse:
+                raise GraphError(f"{node.describe()}: {misuse}")
             for i, v in enumerate(node.inputs):
                 if v is None:
                     continue

@@ -195,3 +195,13 @@ for _op, _rule in [("RoiAlign", _roi_align), ("DeformConv", _deform_conv),
                    ("NonMaxSuppression", _non_max_suppression)]:
     register(OpDef(_op, O, _rule))
 del _op, _rule
+
+# tensor sequences (ir/sequences.py: which values are sequences, and what they hold)
+from .sequences import concat_from_sequence, no_tensor_outputs, sequence_at, sequence_length  # noqa: E402
+for _op, _rule in [("SequenceEmpty", no_tensor_outputs), ("SequenceConstruct", no_tensor_outputs),
+                   ("SequenceInsert", no_tensor_outputs), ("SequenceErase", no_tensor_outputs),
+                   ("SplitToSequence", no_tensor_outputs), ("SequenceMap", no_tensor_outputs),
+                   ("SequenceAt", sequence_at), ("SequenceLength", sequence_length),
+                   ("ConcatFromSequence", concat_from_sequence)]:
+    register(OpDef(_op, O, _rule))
+del _op, _rule

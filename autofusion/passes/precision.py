@@ -25,6 +25,10 @@ def widen_float16(graph: Graph) -> int:
     stored = [*graph.constants.values(), *graph.inputs, *graph.outputs]
     if not any(v.dtype == DType.FLOAT16 for v in stored):
         return 0
+    if any(v.sequence is not None for v in graph.values()):
+        return 0   # a sequence's elements keep the types they come with: the tensors read from
+        #            one would be typed fp32 and be fp16
+
     changed = 0
     half_outputs = {id(o) for o in graph.outputs if o.dtype == DType.FLOAT16}
     for v in graph.constants.values():

@@ -146,13 +146,14 @@ def test_an_if_runs_here_now_its_branches_reading_outer_values_as_captured_input
     assert [v.name for v in node.inputs] == ["c", "r"]   # w, a constant, moved into the branches
 
 
-def test_a_loop_whose_body_uses_sequences_still_runs_on_onnx_runtime():
-    """SequenceInsert inside a Loop body: the IR holds no sequences, so the whole Loop stays on
-    ONNX Runtime, the report says so, and the rest of the model runs here."""
+def _sequence_loop_body(foreign: bool) -> onnx.GraphProto:
+    """acc += r (through Binarizer first where foreign), and the new acc appended to a sequence."""
     seq = TensorProto.FLOAT
-    body = helper.make_graph(
-        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
-         helper.make_node("Add", ["acc_in", "r"], ["acc_out"]),
+    step = [helper.make_node("Binarizer", ["acc_in"], ["bin"], domain="ai.onnx.ml", threshold=0.0),
+            helper.make_node("Add", ["bin", "r"], ["acc_out"])] if foreign else \
+        [helper.make_node("Add", ["acc_in", "r"], ["acc_out"])]
+    return helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]), *step,
          helper.make_node("SequenceInsert", ["seq_in", "acc_out"], ["seq_out"])], "body",
         [helper.make_tensor_value_info("i", TensorProto.INT64, []),
          helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
@@ -161,19 +162,40 @@ def test_a_loop_whose_body_uses_sequences_still_runs_on_onnx_runtime():
         [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
          helper.make_tensor_value_info("acc_out", F, [3]),
          helper.make_tensor_sequence_value_info("seq_out", seq, [3])])
+
+
+def _sequence_loop_model(foreign: bool) -> onnx.ModelProto:
     nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
              helper.make_node("SequenceEmpty", [], ["empty"], name="empty", dtype=F),
-             helper.make_node("Loop", ["n", "", "x", "empty"], ["final", "seq"], name="loop", body=body),
+             helper.make_node("Loop", ["n", "", "x", "empty"], ["final", "seq"], name="loop",
+                              body=_sequence_loop_body(foreign)),
              helper.make_node("ConcatFromSequence", ["seq"], ["cat"], name="cat", axis=0),
              helper.make_node("Sigmoid", ["cat"], ["y"], name="sigmoid")]
-    model = _model(nodes, [("x", F, [3]), ("n", TensorProto.INT64, [])], ["final", "y"])
+    return _model(nodes, [("x", F, [3]), ("n", TensorProto.INT64, [])], ["final", "y"])
+
+
+def test_a_loop_whose_body_uses_sequences_runs_here():
+    """SequenceInsert inside a Loop body: sequences are IR values, so the Loop is autofusion's
+    own, and strict accepts it (tests/backend/test_sequences.py has more)."""
     for backend in ("auto", "torch"):
-        m = _check(model, {"x": np.array([-1, 0.5, 2], np.float32), "n": np.array(3, np.int64)},
-                   backend=backend)
+        m = _check(_sequence_loop_model(False), {"x": np.array([-1, 0.5, 2], np.float32),
+                                                 "n": np.array(3, np.int64)}, backend=backend, strict=True)
+        assert not _calls(m.graph)
+        assert {n.op_type for n in m.graph.nodes} >= {"SequenceEmpty", "Loop", "ConcatFromSequence"}
+
+
+def test_a_loop_whose_body_holds_a_foreign_op_runs_on_onnx_runtime_and_its_sequence_comes_back():
+    """Binarizer in the body keeps the whole Loop on ONNX Runtime, alone in its group: the empty
+    sequence SequenceEmpty makes here crosses into it as a list, and the sequence the Loop makes
+    comes back as one, into ConcatFromSequence here."""
+    for backend in ("auto", "torch"):
+        m = _check(_sequence_loop_model(True), {"x": np.array([-1, 0.5, 2], np.float32),
+                                                "n": np.array(3, np.int64)}, backend=backend)
         call, = _calls(m.graph)
-        assert call.attr("ops") == ["SequenceEmpty", "Loop", "ConcatFromSequence"]
-        assert "Runs on ONNX Runtime: ConcatFromSequence ×1, Loop ×1, SequenceEmpty ×1" in m.report.text()
-        assert {n.op_type for n in m.graph.nodes} == {"Relu", "OnnxRuntimeCall", "Sigmoid"}
+        assert call.attr("ops") == ["Loop"]
+        assert "Runs on ONNX Runtime: Loop ×1" in m.report.text()
+        assert {n.op_type for n in m.graph.nodes} == {"Relu", "SequenceEmpty", "OnnxRuntimeCall",
+                                                       "ConcatFromSequence", "Sigmoid"}
 
 
 def test_a_loop_with_scan_outputs_runs_here_and_its_output_shape_comes_at_run_time():
@@ -197,35 +219,51 @@ def test_a_loop_with_scan_outputs_runs_here_and_its_output_shape_comes_at_run_ti
         assert not _calls(m.graph) and "Loop" in m.graph.op_histogram()
 
 
-def test_sequences_between_unsupported_nodes_stay_inside_one_session():
+def test_a_sequence_crosses_into_and_out_of_an_onnx_runtime_group():
+    """An optional of a sequence stays on ONNX Runtime (optionals.py reads only those of
+    tensors): the sequence SequenceConstruct makes here goes in as a list, and the one
+    OptionalGetElement gives comes back as one, into ConcatFromSequence here."""
+    seq_type = helper.make_sequence_type_proto(helper.make_tensor_type_proto(F, None))
     nodes = [helper.make_node("Relu", ["x"], ["a"], name="relu"),
              helper.make_node("SequenceConstruct", ["a", "x"], ["s"], name="seq"),
-             helper.make_node("ConcatFromSequence", ["s"], ["c"], name="cat", axis=0),
+             helper.make_node("Optional", ["s"], ["o"], name="optional",
+                              type=helper.make_optional_type_proto(seq_type)),
+             helper.make_node("OptionalGetElement", ["o"], ["t"], name="get"),
+             helper.make_node("ConcatFromSequence", ["t"], ["c"], name="cat", axis=0),
              helper.make_node("Sigmoid", ["c"], ["y"], name="sigmoid")]
     model = _model(nodes, [("x", F, [2, 3])], ["y"])
-    m = _check(model, {"x": np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)})
-    call, = _calls(m.graph)
-    assert call.attr("ops") == ["SequenceConstruct", "ConcatFromSequence"]
+    for backend in ("auto", "torch"):
+        m = _check(model, {"x": np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)},
+                   backend=backend)
+        call, = _calls(m.graph)
+        assert call.attr("ops") == ["Optional", "OptionalGetElement"]
+        assert {"SequenceConstruct", "ConcatFromSequence"} <= {n.op_type for n in m.graph.nodes}
+
+
+PAIR = helper.make_function("my.ops", "Pair", ["a", "b"], ["y"], [helper.make_node("Mul", ["a", "b"], ["y"])],
+                            [helper.make_opsetid("", 18)])
 
 
 def test_a_group_that_would_wait_on_itself_is_split():
-    """Swish -> Relu -> SequenceConstruct(Swish's output, Relu's): one group {Swish,
-    SequenceConstruct, ConcatFromSequence} would need Relu's output, which needs the group's."""
+    """Swish -> Relu -> Pair(Swish's output, Relu's): one group {Swish, Pair} would need Relu's
+    output, which needs the group's."""
     nodes = [swish("x", "l", "swish"),
              helper.make_node("Relu", ["l"], ["r"], name="relu"),
-             helper.make_node("SequenceConstruct", ["l", "r"], ["s"], name="seq"),
-             helper.make_node("ConcatFromSequence", ["s"], ["y"], name="cat", axis=1)]
+             helper.make_node("Pair", ["l", "r"], ["y"], name="pair", domain="my.ops")]
     model = _model(nodes, [("x", F, [1, 3, 4, 4])], ["y"])
+    model.functions.append(PAIR)
     m = _check(model, {"x": np.random.default_rng(0).standard_normal((1, 3, 4, 4)).astype(np.float32)})
-    assert sorted(n.attr("ops") for n in _calls(m.graph)) == [["SequenceConstruct", "ConcatFromSequence"],
-                                                             ["my.ops::Swish"]]
+    assert sorted(n.attr("ops") for n in _calls(m.graph)) == [["my.ops::Pair"], ["my.ops::Swish"]]
 
 
-def test_a_sequence_crossing_into_the_rest_of_the_graph_is_refused_naming_the_node():
-    nodes = [helper.make_node("SequenceConstruct", ["x", "x"], ["y"], name="seq")]
+def test_an_optional_of_a_sequence_leaving_the_graph_is_refused_naming_the_node():
+    seq_type = helper.make_sequence_type_proto(helper.make_tensor_type_proto(F, [2]))
+    nodes = [helper.make_node("SequenceConstruct", ["x", "x"], ["s"], name="seq"),
+             helper.make_node("Optional", ["s"], ["y"], name="optional",
+                              type=helper.make_optional_type_proto(seq_type))]
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, [2])],
-                          [helper.make_tensor_sequence_value_info("y", F, [2])])
-    with pytest.raises(UnsupportedOpError, match="SequenceConstruct: value 'y' is a sequence.*'seq'"):
+                          [helper.make_value_info("y", helper.make_optional_type_proto(seq_type))])
+    with pytest.raises(UnsupportedOpError, match="Optional: value 'y' is a optional.*'optional'"):
         autofusion.compile(helper.make_model(g, opset_imports=OPSET))
 
 

@@ -192,11 +192,19 @@ def test_split_to_sequence_imports_as_split(split, keepdims, positions, opset):
         np.testing.assert_array_equal(got[name], w)
 
 
-def test_a_sequence_used_otherwise_is_reported_unsupported_when_strict():
+def test_a_sequence_used_otherwise_stays_a_sequence_and_strict_accepts_it():
+    """A SequenceLength reads the sequence too: no Split then, the sequence ops run as they are
+    (tests/backend/test_sequences.py checks them)."""
     model = _split_to_sequence_model(2)
     model.graph.node.append(helper.make_node("SequenceLength", ["seq"], ["n"], name="len"))
-    with pytest.raises(UnsupportedOpError, match="SequenceLength.*'len'"):
-        autofusion.compile(model, strict=True)
+    model.graph.output.append(helper.make_tensor_value_info("n", TensorProto.INT64, []))
+    graph = import_onnx(model, strict=True)
+    assert {"SplitToSequence", "SequenceAt", "SequenceLength"} <= set(graph.op_histogram())
+    assert graph.nodes[0].outputs[0].type_str() == "seq(float[2,?])"
+    x = np.arange(12, dtype=np.float32).reshape(2, 6)
+    got = autofusion.compile(model, strict=True).run({"x": x})
+    assert int(got["n"]) == 3
+    np.testing.assert_array_equal(got["y2"], x[:, 4:])
 
 
 def test_a_sequence_used_otherwise_runs_on_onnx_runtime():
