@@ -70,6 +70,7 @@ class Program:
         self.profiled_fn: Callable[..., tuple] | None = None   # made by the first start_profile
         self.step_times: list[float] | None = None             # counting while not None
         self.profiled_calls = 0
+        self.exact: Program | None = None   # on PyTorch alone, for NaN inputs (model.py)
 
     def _filename(self, name: str) -> str:
         model = "".join(c if c.isprintable() else "?" for c in self.graph.name)   # no NUL for compile()

@@ -18,6 +18,8 @@ Nothing here changes the graph.
 """
 from __future__ import annotations
 
+import functools
+
 import heapq
 from dataclasses import dataclass, field
 
@@ -27,6 +29,9 @@ from ..ir.sequences import touches_sequences
 from .impl import Impl, implementations
 
 BACKENDS = ("auto", "native", "torch")
+
+
+NAN_CLAMPING = {"Relu", "Clip", "HardSigmoid", "HardSwish"}   # oneDNN's max/min eltwise algorithms
 
 
 @dataclass
@@ -62,6 +67,13 @@ class Plan:
     decisions: dict[Node, Decision]
     partitions: list[Partition]       # in execution order; torch partitions hold one node
     precision: str = "fp32"           # what the compile asked the products to compute in
+
+    @functools.cached_property
+    def nan_clamping(self) -> list[str]:
+        """The nodes oneDNN runs as a ReLU or Clip (a step, or a convolution's or product's
+        post-op): its max/min instructions give 0 or the bound for NaN, where ONNX gives NaN."""
+        return [n.name for n, d in self.decisions.items() if d.impl.name == "onednn" and
+                (n.op_type in NAN_CLAMPING or n.attr("activation", "") in NAN_CLAMPING)]
 
     def summary(self) -> str:
         """One line for the report."""

@@ -60,7 +60,10 @@ class CompiledModel:
         if report is not None:
             report.backend = self.plan.summary() + (
                 f"; native code is specialised to each new set of input sizes on first use "
-                f"(the last {SPECIALISED} kept)" if self.specialised is not None else "")
+                f"(the last {SPECIALISED} kept)" if self.specialised is not None else "") + (
+                f"; a call whose inputs hold NaN or an infinity runs on PyTorch kernels (oneDNN's "
+                f"ReLU and Clip, here {len(self.plan.nan_clamping)} node(s), give 0 for NaN)"
+                if self.plan.nan_clamping else "")
             report.precision = self._precision_report(feeds, reference)
             report.onnx_runtime = onnx_runtime_ops(graph)
 
@@ -111,6 +114,13 @@ class CompiledModel:
         self.specialised.move_to_end(key)
         return program
 
+    def _exact(self, program: Program) -> Program:
+        """The program's graph on PyTorch kernels alone (made on first use): what a call whose
+        inputs hold NaN or an infinity runs where oneDNN's ReLU or Clip would turn NaN into 0."""
+        if program.exact is None:
+            program.exact = Program(program.graph, lower(program.graph, "torch"))
+        return program.exact
+
     def program_for_inputs(self, inputs: Mapping[str, Array]) -> Program:
         """The program a call with these inputs runs (checked as a call checks them)."""
         tensors = [self._check_input(v, a) for v, a in zip(self.graph.inputs, self._bind((), dict(inputs)))]
@@ -155,6 +165,8 @@ class CompiledModel:
                            for a in (x if isinstance(x, (list, tuple)) else [x]))
         tensors = [self._check_input(v, a) for v, a in zip(self.graph.inputs, arrays)]
         program = self.program_for(self._check_symbolic_dims(tensors))
+        if program.plan.nan_clamping and not all_finite(tensors):
+            program = self._exact(program)
         if self.threads is not None and torch.get_num_threads() != self.threads:
             torch.set_num_threads(self.threads)   # one OpenMP pool: torch's and oneDNN's
         with torch.inference_mode():
@@ -220,6 +232,13 @@ class CompiledModel:
 def _tensors(values: list) -> list[torch.Tensor]:
     """The tensors among run-time values, each sequence's elements included."""
     return [t for x in values for t in (x if isinstance(x, list) else [x])]
+
+
+def all_finite(values: list) -> bool:
+    """Whether every float input is free of NaN and infinity. A sum is one pass with no
+    temporary; a finite sum that overflows reads as non-finite, which costs only speed."""
+    return all(bool(torch.isfinite(t.sum())) for t in _tensors(values)
+               if t.is_floating_point() and t.numel())
 
 
 def _each(fn, x):
