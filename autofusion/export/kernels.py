@@ -1,6 +1,7 @@
 """`--dump-kernels DIR`: each automatic fusion region as files you can read and rerun.
 
-Per Region node (those inside If, Loop and Scan bodies too), named after its kernel and its index (fused_sigmoid_mul_3):
+Per Region node (those inside If, Loop and Scan bodies too), named after its kernel and its
+index (fused_sigmoid_mul_3):
     .onnx   its body as a standalone ONNX model (inputs in0.., outputs as the region's), typed
             for the region's inputs: ONNX Runtime or Netron open it
     .cpp    the C++ loop nest the native backend generates for it (it includes the runtime's

@@ -1,4 +1,5 @@
-"""The bodies of If, Loop, Scan and SequenceMap → IR Graphs (ir/control_flow.py), their outer reads made explicit.
+"""The bodies of If, Loop, Scan and SequenceMap → IR Graphs (ir/control_flow.py), their outer
+reads made explicit.
 
 An ONNX body reads values of the enclosing graphs by name. Imported, each such value becomes
   - a constant of the body (the same data) where it is a constant outside (a weight, a Constant
@@ -14,8 +15,9 @@ model of its own, its inputs typed as the node's operands give them (a Loop's ca
 a Scan's slices), where the body does not declare them, and its outer reads typed as outside.
 Dims inference makes up inside a body are unknown (they could equal unrelated dims outside).
 A sequence (a Loop's carried list, a SequenceMap's input) is typed as one: SequenceMap's body
-gets an element of each sequence input. A Loop's carried tensor gets, by a fixed point, the dims its initial value (or declared type) and
-the body's result agree on: one that grows between iterations has an unknown dim there. What ONNX cannot type, the op table's rules do.
+gets an element of each sequence input. A Loop's carried tensor gets, by a fixed point, the dims
+its initial value (or declared type) and the body's result agree on: one that grows between
+iterations has an unknown dim there. What ONNX cannot type, the op table's rules do.
 """
 from __future__ import annotations
 

@@ -2,8 +2,9 @@
 
 A Value is a tensor edge: name, shape (ints, symbolic names, None for unknown), dtype, the node
 that produces it (None for graph inputs and constants), the nodes that use it, and its data when
-it is a constant; or a sequence of tensors (`Value.sequence`, ir/sequences.py). A Node is one operator application with ONNX semantics (op type, domain,
-attributes). A Graph owns its nodes, inputs, outputs and constants.
+it is a constant; or a sequence of tensors (`Value.sequence`, ir/sequences.py). A Node is one
+operator application with ONNX semantics (op type, domain, attributes). A Graph owns its
+nodes, inputs, outputs and constants.
 
 Nodes are kept as an insertion-ordered set; `Graph.nodes` gives them in a stable topological
 order, recomputed only after a mutation. Passes therefore never have to find the right place to

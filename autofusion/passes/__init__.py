@@ -5,6 +5,6 @@ from .cleanup import (Evaluator, eliminate_common_subexpressions, eliminate_dead
 from .precision import widen_float16
 from .control_flow import close_over_constants, inline_constant_ifs
 
-__all__ = ["Evaluator", "close_over_constants", "inline_constant_ifs", "eliminate_common_subexpressions", "eliminate_dead_code", "fold_constants",
-           "fold_static_shapes", "read_shapes_upstream", "refine_shapes", "resolve_cast_like",
+__all__ = ["Evaluator", "close_over_constants", "inline_constant_ifs", "eliminate_common_subexpressions",
+           "eliminate_dead_code", "fold_constants", "fold_static_shapes", "read_shapes_upstream", "refine_shapes", "resolve_cast_like",
            "widen_float16"]
