@@ -142,15 +142,19 @@ def backend_for(system: str):
     if system == "ort":
         import onnxruntime.backend
         return onnxruntime.backend.backend.OnnxRuntimeBackend
+    return autofusion_backend(int(system.rsplit("L", 1)[1]), strict=True)
+
+
+def autofusion_backend(level: int, strict: bool):
+    """autofusion at this level as an onnx.backend.base.Backend (ONNX's runner calls it)."""
     import numpy as np
     import onnx.backend.base
 
     import autofusion
-    level = int(system.rsplit("L", 1)[1])
 
     class Rep(onnx.backend.base.BackendRep):
         def __init__(self, model):
-            self.compiled = autofusion.compile(model, level=level, strict=True)
+            self.compiled = autofusion.compile(model, level=level, strict=strict)
 
         def run(self, inputs, **kwargs):
             if isinstance(inputs, np.ndarray):
