@@ -9,6 +9,7 @@ An activation is carried as an attribute pair: see activations.py.
 """
 from __future__ import annotations
 
+import weakref
 from typing import Callable
 
 import numpy as np
@@ -216,10 +217,22 @@ def inline(op: GraphBuilder, body: Graph, inputs: list[Value], expand: bool = Fa
     return [copies[id(v)] for v in body.outputs]
 
 
+_TYPED_BODIES: weakref.WeakKeyDictionary[Graph, dict[tuple, Graph]] = weakref.WeakKeyDictionary()
+
+
 def typed_body(node: Node) -> Graph:
     """A copy of a region's body typed for the region node's inputs (the body may carry
-    symbolic sizes the node's inputs now know)."""
+    symbolic sizes the node's inputs now know). The cost model, the checks and the kernel
+    generator each read it, so it is made once per body and input types: read it, never change it."""
     body: Graph = node.attrs["body"]
+    key = tuple(None if v is None else (v.shape, v.dtype) for v in node.inputs)
+    made = _TYPED_BODIES.setdefault(body, {})
+    if key not in made:
+        made[key] = _typed_copy(body, node)
+    return made[key]
+
+
+def _typed_copy(body: Graph, node: Node) -> Graph:
     g = Graph(body.name, dict(body.opset))
     op = GraphBuilder(g)
     ins = [g.add_input(b.name, v.shape if v is not None else b.shape,
