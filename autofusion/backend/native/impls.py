@@ -19,6 +19,7 @@ from ...ir.activations import activation, clip_bounds
 from ...ir.builder import fused
 from ...ir.dims import slice_bounds
 from ...ir.geometry import explicit_pads
+from ...ir.region_space import LayoutError, reduced_axes
 from ...ir.shapes import opset_of
 from ..impl import Impl, register
 from .emit import PartitionSource, dims
@@ -112,7 +113,9 @@ def _conv_pads(node: Node) -> list[int]:
 
 def check_conv(node: Node) -> str | None:
     x, z = node.inputs[0], node.input(3)
-    return first(dense(node), constant(node, 1, "weight"), constant(node, 2, "bias"),
+    grouped_computed = node.inputs[1].const is None and node.attr("group", 1) > 1
+    return first(dense(node), "a computed weight of a grouped convolution" if grouped_computed else None,
+                 constant(node, 2, "bias"),
                  None if x.rank in (3, 4, 5) else f"a {x.rank}-D input: oneDNN convolves 1-D to 3-D",
                  None if z is None or z.shape == node.outputs[0].shape else
                  "the residual broadcasts to the output")
@@ -120,8 +123,8 @@ def check_conv(node: Node) -> str | None:
 
 @native("Conv", fused("FusedConv"), check=check_conv, reduced=True)
 def emit_conv(node: Node, p: PartitionSource) -> str:
-    """oneDNN convolution: layouts oneDNN picks, the weight reordered once, bias, residual and
-    activation as post-ops."""
+    """oneDNN convolution: layouts oneDNN picks, the weight reordered once (a computed one, a
+    gate folded into it, on each call), bias, residual and activation as post-ops."""
     nd = node.inputs[1].rank - 2
     pads = _conv_pads(node)
     return p.call("conv", p.out(node), p.ref(node.inputs[0]), p.ref(node.inputs[1]),
@@ -169,6 +172,31 @@ def emit_pool(node: Node, p: PartitionSource) -> str:
             "Pool::AvgIncludePad" if node.attr("count_include_pad", 0) else "Pool::AvgExcludePad")
     return p.call("pool", p.out(node), p.ref(node.inputs[0]), kind, dims(k), dims(s), dims(d),
                   dims(begin), dims(end))
+
+
+def check_spatial_mean(node: Node) -> str | None:
+    """ReduceMean over every spatial axis, dims kept (torch's x.mean((2, 3), keepdim=True)): a
+    global average pool."""
+    why = dense(node, (0,))
+    if why:
+        return why
+    rank = node.inputs[0].rank
+    try:
+        axes = reduced_axes(node)
+    except LayoutError as e:
+        return str(e)
+    if rank not in (3, 4, 5) or axes != list(range(2, rank)) or not node.attr("keepdims", 1):
+        return "only the mean over every spatial axis of a 3-D to 5-D input, dims kept, runs native"
+    return None
+
+
+@native("ReduceMean", check=check_spatial_mean, tensors=(0,))
+def emit_spatial_mean(node: Node, p: PartitionSource) -> str:
+    """oneDNN average pooling over the whole image, in the layout of its input."""
+    spatial = list(node.inputs[0].shape[2:])
+    ones, zeros = [1] * len(spatial), [0] * len(spatial)
+    return p.call("pool", p.out(node), p.ref(node.inputs[0]), "Pool::AvgExcludePad", dims(spatial),
+                  dims(ones), dims(ones), dims(zeros), dims(zeros))
 
 
 # ---- elementwise -----------------------------------------------------------------------------

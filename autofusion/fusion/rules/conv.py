@@ -13,6 +13,12 @@ classic chains come first under their own names, so a report says "Conv+BatchNor
 matched 33 times" for ResNet-50: larger patterns before the smaller ones they contain. The
 residual rules are level 2: they join two branches, the conv's and the shortcut's.
 
+A gate on the input channels, FusedConv(x·g) with g constant along every axis but the channel
+one (squeeze-excitation's sigmoid gate before its projection, a per-channel scale), moves into the
+weight: Conv(x·g, W) = Conv(x, W·g), since g scales input channel c of every window and the zero
+padding alike. A constant g is folded at compile time; a computed one costs a product over W on
+each call instead of one over x, which pays where W is the smaller (early, large-image blocks).
+
 Plain Conv → FusedConv always, when the conv qualifies: it never loses (where oneDNN's per-call
 overhead would dominate, the kernel runs PyTorch's own conv, as Conv would), it wins on large convs
 (the weight prepacked once, the activations kept channels-last from conv to conv), and it gives
@@ -69,6 +75,10 @@ def fused_conv_clip(op, x, w, b=None, z=None, low=None, high=None):   # ReLU6 is
     return op.Clip(open_fused_conv(op, x, w, b, z), low, high, _name="act")
 
 
+def gated_fused_conv(op, x, g, w, b=None, z=None):
+    return op.FusedConv(op.Mul(x, g, _name="gate"), w, b, z, _domain=FUSED_DOMAIN, _name="conv")
+
+
 ACTIVATION_PATTERNS = [
     *(activation_after_conv(a) for a in ("Relu", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid",
                                          "HardSwish", "Elu")),
@@ -91,6 +101,16 @@ def fused_conv_replace(op, m: Match) -> Value:
     if m.has("act"):
         attrs.update(activation_of(m.node("act")))
     return op.FusedConv(m.x, w, b, m.values.get("z"), **attrs)
+
+
+def gate_into_weight(op, m: Match) -> Value:
+    """FusedConv(x, W·g): the product folded at compile time where g is a constant."""
+    conv = m.node("conv")
+    if m.g.const is not None and m.w.const is not None:
+        w = op.constant((m.w.const * m.g.const).astype(m.w.const.dtype), f"{m.w.name}_gated")
+    else:
+        w = op.Mul(m.w, m.g)
+    return op.FusedConv(m.x, w, m.b, m.values.get("z"), **conv.attrs)
 
 
 def conv_geometry(conv: Node) -> dict:
@@ -177,6 +197,34 @@ def residual_problem(add: Node, m: Match) -> str | None:
     return None
 
 
+def is_channel_gate(m: Match) -> bool:
+    """Whether g (not x) is the Mul's per-channel operand: right-aligned to x, 1 on every axis but
+    the channel axis (1), and not widening x."""
+    x, g = m.x.shape, m.g.shape
+    if x is None or g is None or len(g) > len(x) or len(x) < 3:
+        return False
+    aligned = [1] * (len(x) - len(g)) + list(g)
+    return all(d == 1 for i, d in enumerate(aligned) if i != 1) and aligned[1] in (1, x[1])
+
+
+def gate_problem(m: Match) -> str | None:
+    """Why the gate cannot, or should not, move into the weight."""
+    conv, where = m.node("conv"), f"Mul {m.node('gate').name!r}"
+    if conv.attr("group", 1) != 1:
+        return f"{where}: the convolution is grouped; its gate would scale each group's weight apart"
+    if m.x.dtype != DType.FLOAT or m.g.dtype != DType.FLOAT or m.w.shape is None:
+        return f"{where}: float32 operands and a known weight shape needed"
+    if m.g.const is None:
+        # memory traffic on each call: x·g reads and writes x; W·g reads and writes W, and its
+        # reorder into the convolution's layout does it again
+        w_size = int(np.prod(m.w.shape))
+        x_size = int(np.prod([d if isinstance(d, int) else 1 for d in m.x.shape]))
+        if 4 * w_size > 2 * x_size:
+            return (f"{where}: does not pay: the weight has {w_size} values, the input {x_size}; "
+                    "scaling the weight on each call costs more than scaling the input")
+    return None
+
+
 def activation_problem(act: Node) -> str | None:
     if act.op_type == "Clip" and clip_bounds(act) is None:
         return f"Clip {act.name!r}: its bounds are not constants"
@@ -194,6 +242,9 @@ RULES = [
          [conv_bn], fused_conv_replace, check_fusion),
     Rule("ConvFusionOp", 1, "Conv → FusedConv: prepacked oneDNN weight, channels-last activations",
          [plain_conv], fused_conv_replace, check_fusion),
+    Rule("ConvGateFusionOp", 2,
+         "Mul(x, per-channel gate) + FusedConv → the gate in the weight, W·g (squeeze-excitation)",
+         [gated_fused_conv], gate_into_weight, gate_problem, applies=is_channel_gate),
     Rule("ConvAddFusionOp", 2, "FusedConv + Add(residual) → the residual as a FusedConv post-op",
          [fused_conv_add], fused_conv_replace, check_fusion),
     Rule("ConvActivationFusionOp", 1,

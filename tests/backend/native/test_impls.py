@@ -114,9 +114,35 @@ def test_a_chain_of_convolutions_keeps_oneDNN_layouts_between_them():
     assert [vp.layout for vp in part.values.values()] == ["any", "any"]
 
 
-def test_conv_refuses_a_weight_computed_at_run_time():
-    g = graph({"x": (1, 4, 6, 6), "w": (4, 4, 3, 3)}, lambda op, x, w: [(op.Conv(x, w), (1, 4, 4, 4))])
-    assert "weight is computed at run time" in refusal(g)
+def test_conv_with_a_weight_computed_at_run_time():
+    check_native(graph({"x": (1, 4, 6, 6), "w": (8, 4, 3, 3)}, lambda op, x, w: [
+        (op.Conv(x, w, const(op, 8), pads=[1, 1, 1, 1]), (1, 8, 6, 6))]))
+
+
+def test_fused_conv_with_a_gated_weight_in_bf16():
+    """W·g computed in a step of its own, reordered into the bf16 convolution's layout each call;
+    the gate comes out of a bf16 convolution, so the product converts it first."""
+    def build(op, x, s):
+        gate = op.FusedConv(s, const(op, 8, 4, 1, 1), const(op, 8), **activation_attrs("Sigmoid"))
+        gate.shape, gate.dtype = (1, 8, 1, 1), DType.FLOAT
+        w = op.Mul(const(op, 16, 8, 3, 3), gate)
+        w.shape, w.dtype = (16, 8, 3, 3), DType.FLOAT
+        return [(op.FusedConv(x, w, const(op, 16), pads=[1, 1, 1, 1]), (1, 16, 10, 10))]
+    g = graph({"x": (1, 8, 10, 10), "s": (1, 4, 1, 1)}, build)
+    feeds = {"x": RNG.standard_normal((1, 8, 10, 10)).astype(np.float32),
+             "s": RNG.standard_normal((1, 4, 1, 1)).astype(np.float32)}
+    fp32 = autofusion.compile(g, level=0, backend="torch").run(feeds)[g.outputs[0].name]
+    bf16 = autofusion.compile(g, level=0, backend="native", precision="bf16")
+    assert all(d.impl.target == "native" for d in bf16.plan.decisions.values())
+    got = bf16.run(feeds)[g.outputs[0].name]
+    assert np.abs(got - fp32).max() <= 2e-2 * np.abs(fp32).max()   # bf16 operands
+    np.testing.assert_array_equal(got, bf16.run(feeds)[g.outputs[0].name])   # W intact
+
+
+def test_conv_refuses_a_computed_weight_of_a_grouped_convolution():
+    g = graph({"x": (1, 4, 6, 6), "w": (4, 2, 3, 3)},
+              lambda op, x, w: [(op.Conv(x, w, group=2), (1, 4, 4, 4))])
+    assert "computed weight of a grouped convolution" in refusal(g)
 
 
 def test_conv_refuses_a_symbolic_batch():
@@ -150,6 +176,23 @@ def test_average_pool_refuses_to_count_ceil_mode_padding():
     g = graph({"x": (1, 4, 10, 10)}, lambda op, x: [(op.AveragePool(
         x, kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1, count_include_pad=1), (1, 4, 5, 5))])
     assert "ceil_mode" in refusal(g)
+
+
+def axes(op, *a):
+    return op.constant(np.array(a, np.int64), "axes")
+
+
+@pytest.mark.parametrize("xs, spatial", [((1, 8, 6, 7), (-2, -1)), ((2, 4, 9), (2,)), ((1, 4, 3, 4, 5), (2, 3, 4))])
+def test_reduce_mean_over_the_image_is_a_global_average_pool(xs, spatial):
+    ys = (*xs[:2], *[1] * (len(xs) - 2))
+    check_native(graph({"x": xs}, lambda op, x: [(op.ReduceMean(x, axes(op, *spatial)), ys)]))
+
+
+@pytest.mark.parametrize("spatial, keepdims, ys", [((1, 2, 3), 1, (1, 1, 1, 1)), ((2, 3), 0, (1, 8))])
+def test_reduce_mean_refuses_other_axes_and_dropped_dims(spatial, keepdims, ys):
+    g = graph({"x": (1, 8, 6, 7)}, lambda op, x: [
+        (op.ReduceMean(x, axes(op, *spatial), keepdims=keepdims), ys)])
+    assert "only the mean over every spatial axis" in refusal(g)
 
 
 # ---- elementwise -----------------------------------------------------------------------------

@@ -218,6 +218,88 @@ def test_computed_weight_is_refused():
         "Conv 'conv': weight 'w' is not a constant; FusedConv prepacks it at build time"]
 
 
+# ---- a gate on the input channels, folded into the weight (ConvGateFusionOp) -------------------
+
+class SqueezeExcite(nn.Module):
+    """expand → depthwise → x·sigmoid(fc(mean x)) → project: the gate scales the projection's input."""
+
+    def __init__(self, c=8, mid=32):
+        super().__init__()
+        self.expand, self.dw = nn.Conv2d(c, mid, 1), nn.Conv2d(mid, mid, 3, padding=1, groups=mid)
+        self.fc1, self.fc2, self.project = nn.Conv2d(mid, 4, 1), nn.Conv2d(4, mid, 1), nn.Conv2d(mid, c, 3, padding=1)
+
+    def forward(self, x):
+        y = torch.relu(self.dw(torch.relu(self.expand(x))))
+        gate = torch.sigmoid(self.fc2(torch.relu(self.fc1(nn.functional.adaptive_avg_pool2d(y, 1)))))
+        return self.project(y * gate)
+
+
+def gated(gate_shape, x_shape=(1, 2, 5, 5), gate=None, group=1):
+    """y = Conv(x·g): the gate an input of gate_shape, or the constant `gate`."""
+    w = W if group == 1 else RNG.standard_normal((4, 1, 3, 3)).astype(np.float32)
+    nodes = [helper.make_node("Mul", ["x", "g"], ["xg"], name="gate"),
+             helper.make_node("Conv", ["xg", "W"], ["y"], name="conv", pads=[1, 1, 1, 1],
+                              **({"group": group} if group > 1 else {}))]
+    inputs = {"x": x_shape} | ({} if gate is not None else {"g": gate_shape})
+    return onnx_model(nodes, inputs, ["y"], {"W": w} | ({} if gate is None else {"g": gate}))
+
+
+def test_a_squeeze_excitation_gate_moves_into_the_projection_weight(conv_path):
+    model = exported(SqueezeExcite(), (1, 8, 12, 12))
+    graph, report = fuse(model)
+    assert matched(report, "ConvGateFusionOp") == 1
+    project = graph.outputs[0].producer
+    product = project.inputs[1].producer   # W·g, on each call: the gate is computed
+    assert project.inputs[0].producer.op == "autofusion::FusedConv"   # the depthwise conv, ungated
+    assert product.op == "Mul" and product.inputs[0].const is not None
+    assert product.inputs[1].producer.attrs["activation"] == "Sigmoid"
+    assert_same_outputs(model, level=2, rtol=1e-5)
+
+
+def test_a_constant_gate_is_folded_into_the_weight_at_compile_time():
+    g = RNG.uniform(0.5, 1.5, (2, 1, 1)).astype(np.float32)   # rank 3: right-aligned to x
+    graph, report = fuse(gated(None, gate=g))
+    assert matched(report, "ConvGateFusionOp") == 1
+    assert str(graph).splitlines()[-1] == (
+        "  y: float[1,3,5,5] = autofusion::FusedConv[pads=[1, 1, 1, 1]](x, W_gated)")
+    np.testing.assert_allclose(graph.constants["W_gated"].const, W * g[None], rtol=1e-6)
+    assert_same_outputs(gated(None, gate=g))
+
+
+@pytest.mark.parametrize("gate_shape, x_shape", [
+    ((2, 2, 1, 1), (2, 2, 5, 5)),   # one gate per image: no one weight serves the batch
+    ((1, 2, 5, 5), (1, 2, 5, 5)),   # varies over positions too
+    ((1, 1, 1, 5), (1, 2, 5, 5)),   # varies along the width
+])
+def test_a_gate_that_is_not_per_channel_stays_a_mul(gate_shape, x_shape):
+    graph, report = fuse(gated(gate_shape, x_shape))
+    assert matched(report, "ConvGateFusionOp") == 0
+    assert [n.op for n in graph.nodes] == ["Mul", "autofusion::FusedConv"]
+    assert near_misses(report, "ConvGateFusionOp") == []   # not a gate, so not a near-miss
+
+
+def test_a_gate_is_refused_where_scaling_the_weight_costs_more():
+    graph, report = fuse(gated((1, 2, 1, 1), (1, 2, 3, 3)))   # W: 54 values, x: 18
+    assert [n.op for n in graph.nodes] == ["Mul", "autofusion::FusedConv"]
+    assert near_misses(report, "ConvGateFusionOp") == [
+        "Mul 'gate': does not pay: the weight has 54 values, the input 18; scaling the weight on "
+        "each call costs more than scaling the input"]
+
+
+def test_a_gate_on_a_grouped_convolution_is_refused():
+    graph, report = fuse(gated((1, 4, 1, 1), (1, 4, 9, 9), group=4))
+    assert near_misses(report, "ConvGateFusionOp") == [
+        "Mul 'gate': the convolution is grouped; its gate would scale each group's weight apart"]
+
+
+def test_a_gated_input_used_elsewhere_stays_a_mul():
+    model = gated((1, 2, 1, 1), (1, 2, 9, 9))
+    model.graph.output.append(helper.make_tensor_value_info("xg", TensorProto.FLOAT, None))
+    graph, report = fuse(model)
+    assert matched(report, "ConvGateFusionOp") == 0
+    assert "must stay in memory" in near_misses(report, "ConvGateFusionOp")[0]
+
+
 def test_computed_batchnorm_statistics_are_refused_and_the_conv_fused_alone():
     nodes = [CONV,
              helper.make_node("BatchNormalization", ["c", "scale", "shift", "m", "var"], ["n"], name="bn"),

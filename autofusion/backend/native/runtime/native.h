@@ -62,7 +62,8 @@ class Partition {
 
   // ---- steps: node() starts the next one (its name goes into every error it raises)
   void node(const char* name, Precision precision = Precision::F32);
-  // act(conv(src, w) + b + residual); dilations as ONNX counts them (1 = dense)
+  // act(conv(src, w) + b + residual); dilations as ONNX counts them (1 = dense); w a constant
+  // (reordered once) or, ungrouped, a computed value (reordered on each call)
   void conv(int dst, int src, int w, int b, int residual, const Dims& strides,
             const Dims& dilations, const Dims& pad_begin, const Dims& pad_end, int64_t groups,
             const Acts& acts);

@@ -508,8 +508,12 @@ void Partition::conv(int dst, int src, int w, int b, int residual, const Dims& s
       onednn_dilations(dilations), pad_begin, pad_end, m.attr(acts, adds));
   int x = m.ensure(src, pd.src_desc());
   int y = m.produce(dst, pd.dst_desc());
+  // a computed weight (a gate folded into it, rules/conv.py) is reordered on every call
+  const bool computed = m.val(w).kind != Kind::Constant;
+  if (computed && groups > 1) m.fail("a computed weight of a grouped convolution");
   std::vector<Arg> args{Impl::use(DNNL_ARG_SRC, x),
-                        Impl::owned(DNNL_ARG_WEIGHTS, m.constant_as(w, pd.weights_desc())),
+                        computed ? Impl::use(DNNL_ARG_WEIGHTS, m.ensure(w, pd.weights_desc()))
+                                 : Impl::owned(DNNL_ARG_WEIGHTS, m.constant_as(w, pd.weights_desc())),
                         Impl::use(DNNL_ARG_DST, y)};
   if (b >= 0) args.push_back(Impl::owned(DNNL_ARG_BIAS, m.constant_as(b, pd.bias_desc())));
   if (residual >= 0)
@@ -549,6 +553,11 @@ void Partition::binary(int dst, int a, int b, Bin op, const Acts& acts, bool in_
   Impl& m = *impl_;
   const memory::desc md = m.md_of(a);
   int y = m.write_over(dst, a, in_place);
+  const memory::desc& given = m.md_of(b);
+  if (given.get_data_type() != md.get_data_type() && given.get_dims() != md.get_dims())
+    // a broadcast operand of another type (a bf16 gate scaling an f32 weight): converted to
+    // a's type, plain, as oneDNN has only its reference kernel for mixed types
+    b = m.ensure(b, memory::desc(given.get_dims(), md.get_data_type(), plain(given.get_dims()).get_strides()));
   memory::desc b_md = in_order_of(m.md_of(b), md);
   if (b_md.get_dims() == md.get_dims() && b_md != md) {
     // the same shape in another layout (or type): oneDNN has only its reference kernel for
