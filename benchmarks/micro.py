@@ -133,7 +133,7 @@ def example_inputs(model: onnx.ModelProto) -> dict[str, np.ndarray]:
 def micro_systems() -> list[System]:
     """Fresh instances, in table-column order: ours first, then the fp32 peers."""
     return [Autofusion(0), Autofusion(0, backend="torch"),
-            Autofusion(2), Autofusion(2, regions=False), Autofusion(2, backend="torch"),
+            Autofusion(2), Autofusion(2, without=("regions",)), Autofusion(2, backend="torch"),
             OnnxRuntime("ORT_ENABLE_ALL"), OpenVino("fp32")]
 
 

@@ -61,24 +61,29 @@ class System:
 
 # ---- autofusion ----------------------------------------------------------------------------
 
+# what a system may leave out, to measure its effect side by side: name -> the fused ops disabled
+LEFT_OUT = {"regions": ("AutoFusion",), "gate": ("ConvGateFusionOp",)}
+
+
 class Autofusion(System):
     """autofusion at one level on one backend: "native" (the C++ one, named plainly) or "torch"
-    (its PyTorch/oneDNN kernels, named with a -torch suffix), in fp32 or, named with a -bf16
-    suffix, in bf16 (convolutions and products; its precision guard on random calibration inputs)."""
+    (its PyTorch/oneDNN kernels, named with a -torch suffix), without some of its fusions
+    (LEFT_OUT, named -noregions, -nogate), in fp32 or, named with a -bf16 suffix, in bf16
+    (convolutions and products; its precision guard on random calibration inputs)."""
     peer = False
 
-    def __init__(self, level: int, backend: str = "native", regions: bool = True,
+    def __init__(self, level: int, backend: str = "native", without: tuple[str, ...] = (),
                  precision: str = "fp32"):
         self.level = level
         self.backend = backend
         self.precision = precision
-        self.disable = () if regions else ("AutoFusion",)
+        self.disable = tuple(op for w in without for op in LEFT_OUT[w])
         native = backend == "native"
         reduced = precision != "fp32"
         self.name = f"autofusion-L{level}" + ("" if native else f"-{backend}") + \
-            ("" if regions else "-noregions") + (f"-{precision}" if reduced else "")
+            "".join(f"-no{w}" for w in without) + (f"-{precision}" if reduced else "")
         self.label = f"autofusion L{level}" + ("" if native else f" ({backend})") + \
-            ("" if regions else " (no regions)") + (f" {precision}" if reduced else "")
+            "".join(f" (no {w})" for w in without) + (f" {precision}" if reduced else "")
 
     def compile(self) -> None:
         import autofusion
@@ -243,8 +248,9 @@ class Inductor(TorchEager):
 
 def all_systems() -> list[System]:
     """Fresh instances of every system, in table-column order: ours first, then the peers."""
-    return [Autofusion(0), Autofusion(1), Autofusion(2), Autofusion(2, regions=False),
-            Autofusion(2, backend="torch"), Autofusion(2, precision="bf16"),
+    return [Autofusion(0), Autofusion(1), Autofusion(2), Autofusion(2, without=("regions",)),
+            Autofusion(2, without=("gate",)), Autofusion(2, backend="torch"),
+            Autofusion(2, precision="bf16"), Autofusion(2, without=("gate",), precision="bf16"),
             OnnxRuntime("ORT_DISABLE_ALL"), OnnxRuntime("ORT_ENABLE_ALL"),
             OpenVino("fp32"), OpenVino("bf16"),
             TorchEager(), Inductor(freezing=False), Inductor(freezing=True)]
