@@ -1,11 +1,17 @@
-"""`python -m benchmarks.conv_floor`: the oneDNN floor of the conv-chain micro benchmark.
+"""`python -m benchmarks.conv_floor`: bare oneDNN programs, no framework, for the floors and
+costs the runtime and the rules are measured against.
 
-Compiles benchmarks/native/conv_chain_floor.cpp with the native backend's toolchain (the same
-compiler, flags and oneDNN) and runs it with the given threads: 64 1x1 convolutions as bare
-oneDNN primitives, no framework. Compare its "per chain" time with `python -m benchmarks.micro
---models conv-chain`: no runtime that calls oneDNN once per convolution can beat it.
+Compiles one of benchmarks/native/*.cpp with the native backend's toolchain (the same compiler,
+flags and oneDNN) and runs it with the given threads:
+
+    conv_chain_floor  64 1x1 convolutions as bare oneDNN primitives: compare its "per chain"
+                      time with `python -m benchmarks.micro --models conv-chain`; no runtime that
+                      calls oneDNN once per convolution can beat it (the default)
+    gate_cost         a squeeze-excitation gate over the activation against over the weight and
+                      its reorder: the cost ratio behind ConvGateFusionOp's GATED_WEIGHT_COST
 
     python -m benchmarks.conv_floor --threads 2
+    python -m benchmarks.conv_floor --program gate_cost
 """
 from __future__ import annotations
 
@@ -17,21 +23,22 @@ from pathlib import Path
 
 from autofusion.backend.native.build import FLAGS, Toolchain, link_name, toolchain
 
-SOURCE = Path(__file__).parent / "native" / "conv_chain_floor.cpp"
+PROGRAMS = {p.stem: p for p in (Path(__file__).parent / "native").glob("*.cpp")}
 
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m benchmarks.conv_floor", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    p.add_argument("--program", choices=sorted(PROGRAMS), default="conv_chain_floor")
     args = p.parse_args(argv)
     tc = toolchain()
     if not isinstance(tc, Toolchain):
         raise SystemExit(f"cannot build native code here: {tc}")
     with tempfile.TemporaryDirectory() as tmp:
-        exe = Path(tmp) / "conv_chain_floor"
+        exe = Path(tmp) / args.program
         flags = [f for f in FLAGS if f not in ("-shared", "-fPIC")]
-        subprocess.run([tc.compiler, *flags, str(SOURCE), "-o", str(exe), f"-I{tc.include}",
+        subprocess.run([tc.compiler, *flags, str(PROGRAMS[args.program]), "-o", str(exe), f"-I{tc.include}",
                         f"-L{tc.lib}", link_name(tc.lib), f"-Wl,-rpath,{tc.lib}"], check=True)
         print(f"oneDNN {tc.onednn}, {args.threads} thread(s)")
         subprocess.run([str(exe)], check=True, env={**os.environ, "OMP_NUM_THREADS": str(args.threads)})

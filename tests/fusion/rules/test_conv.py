@@ -226,7 +226,7 @@ class SqueezeExcite(nn.Module):
     def __init__(self, c=8, mid=32):
         super().__init__()
         self.expand, self.dw = nn.Conv2d(c, mid, 1), nn.Conv2d(mid, mid, 3, padding=1, groups=mid)
-        self.fc1, self.fc2, self.project = nn.Conv2d(mid, 4, 1), nn.Conv2d(4, mid, 1), nn.Conv2d(mid, c, 3, padding=1)
+        self.fc1, self.fc2, self.project = nn.Conv2d(mid, 4, 1), nn.Conv2d(4, mid, 1), nn.Conv2d(mid, c, 1)
 
     def forward(self, x):
         y = torch.relu(self.dw(torch.relu(self.expand(x))))
@@ -279,21 +279,22 @@ def test_a_gate_that_is_not_per_channel_stays_a_mul(gate_shape, x_shape):
 
 
 def test_a_gate_is_refused_where_scaling_the_weight_costs_more():
-    graph, report = fuse(gated((1, 2, 1, 1), (1, 2, 3, 3)))   # W: 54 values, x: 18
+    graph, report = fuse(gated((1, 2, 1, 1), (1, 2, 16, 16)))   # W: 54 values, x: 512 < 10·54
     assert [n.op for n in graph.nodes] == ["Mul", "autofusion::FusedConv"]
     assert near_misses(report, "ConvGateFusionOp") == [
-        "Mul 'gate': does not pay: the weight has 54 values, the input 18; scaling the weight on "
+        "Mul 'gate': does not pay: the weight has 54 values, the input 512; scaling the weight on "
         "each call costs more than scaling the input"]
+    assert matched(fuse(gated((1, 2, 1, 1), (1, 2, 24, 24)))[1], "ConvGateFusionOp") == 1   # 1152
 
 
 def test_a_gate_on_a_grouped_convolution_is_refused():
-    graph, report = fuse(gated((1, 4, 1, 1), (1, 4, 9, 9), group=4))
+    graph, report = fuse(gated((1, 4, 1, 1), (1, 4, 32, 32), group=4))
     assert near_misses(report, "ConvGateFusionOp") == [
         "Mul 'gate': the convolution is grouped; its gate would scale each group's weight apart"]
 
 
 def test_a_gated_input_used_elsewhere_stays_a_mul():
-    model = gated((1, 2, 1, 1), (1, 2, 9, 9))
+    model = gated((1, 2, 1, 1), (1, 2, 32, 32))
     model.graph.output.append(helper.make_tensor_value_info("xg", TensorProto.FLOAT, None))
     graph, report = fuse(model)
     assert matched(report, "ConvGateFusionOp") == 0
