@@ -221,7 +221,7 @@ def gate_problem(m: Match) -> str | None:
         return f"{where}: the convolution is grouped; its gate would scale each group's weight apart"
     if m.x.dtype != DType.FLOAT or m.g.dtype != DType.FLOAT or m.w.shape is None:
         return f"{where}: float32 operands and a known weight shape needed"
-    if m.g.const is None:
+    if m.g.const is None or m.w.const is None:   # a product on each call
         w_size = int(np.prod(m.w.shape))
         x_size = int(np.prod([d if isinstance(d, int) else 1 for d in m.x.shape]))
         if GATED_WEIGHT_COST * w_size > x_size:
