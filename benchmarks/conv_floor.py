@@ -9,6 +9,8 @@ flags and oneDNN) and runs it with the given threads:
                       calls oneDNN once per convolution can beat it (the default)
     gate_cost         a squeeze-excitation gate over the activation against over the weight and
                       its reorder: the cost ratio behind ConvGateFusionOp's GATED_WEIGHT_COST
+    dw_bf16           oneDNN's bf16 depthwise convolution against a first plain C++ kernel
+                      (not in the runtime: the starting point for one)
 
     python -m benchmarks.conv_floor --threads 2
     python -m benchmarks.conv_floor --program gate_cost
