@@ -23,7 +23,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from autofusion.backend.native.build import FLAGS, Toolchain, link_name, toolchain
+from autofusion.backend.native.build import FLAGS, RUNTIME_DIR, Toolchain, link_name, toolchain
 
 PROGRAMS = {p.stem: p for p in (Path(__file__).parent / "native").glob("*.cpp")}
 
@@ -39,7 +39,8 @@ def main(argv=None) -> None:
         raise SystemExit(f"cannot build native code here: {tc}")
     with tempfile.TemporaryDirectory() as tmp:
         exe = Path(tmp) / args.program
-        flags = [f for f in FLAGS if f not in ("-shared", "-fPIC")]
+        # the runtime's flags, and its scalar.h with the generated kernels' math flag
+        flags = [f for f in FLAGS if f not in ("-shared", "-fPIC")] + ["-fno-math-errno", f"-I{RUNTIME_DIR}"]
         subprocess.run([tc.compiler, *flags, str(PROGRAMS[args.program]), "-o", str(exe), f"-I{tc.include}",
                         f"-L{tc.lib}", link_name(tc.lib), f"-Wl,-rpath,{tc.lib}"], check=True)
         print(f"oneDNN {tc.onednn}, {args.threads} thread(s)")

@@ -2,14 +2,18 @@
 // channels-last): oneDNN 3.2's jit_dw:avx512_core_bf16, the kernel that leaves autofusion's bf16
 // EfficientNet-B4 behind OpenVINO's (25.7 ms against OpenVINO's brgconv_dw 22.0 at one thread,
 // BENCHMARKS.md session 7), against a first plain C++ kernel, which is not in the runtime: it is
-// the measured starting point for one. Per output row it converts the k input rows it reads to
-// f32 into a zero-padded buffer, accumulates 8 outputs x 16 channels in f32 vectors (GCC's vector
-// extension), then applies SiLU and rounds to bf16. Checked against oneDNN's output (max error
-// ~1 bf16 ulp); first measured at 0.5-1.2x jit_dw's speed, 0.88x in all (one thread). What it
-// lacks: each input row converted once (a ring of rows, not k per output row), the activation
-// fused into the store, blocking over channels for 5x5. Built and run by
+// the measured starting point for one. Each input row is converted to f32 once, into a ring of
+// k zero-padded rows; 8 outputs x 16 channels accumulate in f32 vectors (GCC's vector extension);
+// SiLU and the rounding to bf16 follow over the row. Checked against oneDNN's output (max error
+// ~1 bf16 ulp). Measured at 0.91-0.99x jit_dw's time in all at one thread, 0.92x at two: faster
+// on large stride-1 images (up to 1.17x), slower at stride 2 (0.7-0.85x: a whole row converted
+// for half as many outputs) and at 12x12 with 1632 channels (0.6-0.9x). Not there yet: bf16
+// operands straight into the FMAs (vdpbf16ps pairs) instead of a converted copy, SiLU fused into
+// the store, wider channel blocking for small images. Built and run by
 // `python -m benchmarks.conv_floor --program dw_bf16`.
 #include <oneapi/dnnl/dnnl.hpp>
+
+#include "scalar.h"   // the runtime's: af_silu over libmvec's vector expf
 #include <immintrin.h>
 #include <omp.h>
 #include <algorithm>
@@ -34,6 +38,27 @@ static inline void store_bf16(uint16_t* p, v16 x) {
   _mm256_storeu_si256((__m256i*)p, (__m256i)_mm512_cvtneps_pbh((__m512)x));
 }
 
+// N outputs of one 16-channel block: bias + the k x k taps, accumulated in registers
+template <int N>
+static inline void block(const v16* const* rk, const v16u* wv, const v16u* bv, v16* acc, int k,
+                         int cb, int c, int ow0, size_t step) {
+  v16 a[N];
+  #pragma GCC unroll 8
+  for (int j = 0; j < N; ++j) a[j] = bv[c];
+  for (int kh = 0; kh < k; ++kh) {
+    const v16* r = rk[kh] + size_t(ow0) * step + c;
+    const v16u* wk = wv + size_t(kh * k) * cb + c;
+    for (int kw = 0; kw < k; ++kw) {
+      const v16 wt = wk[size_t(kw) * cb];
+      const v16* p = r + size_t(kw) * cb;
+      #pragma GCC unroll 8
+      for (int j = 0; j < N; ++j) a[j] += p[j * step] * wt;
+    }
+  }
+  #pragma GCC unroll 8
+  for (int j = 0; j < N; ++j) acc[size_t(ow0 + j) * cb + c] = a[j];
+}
+
 // src [H][W][C] bf16, w [k][k][C] f32, bias [C], dst [Ho][Wo][C] bf16; C % 16 == 0
 void dw(const uint16_t* src, const float* w, const float* bias, uint16_t* dst, int H, int W, int C,
         int k, int s, int pad) {
@@ -43,11 +68,14 @@ void dw(const uint16_t* src, const float* w, const float* bias, uint16_t* dst, i
   {
     std::vector<v16> rows(size_t(k) * Wp * cb);   // k padded input rows, f32
     std::vector<v16> acc(size_t(Wo) * cb);
+    std::vector<int> held(k, -2);   // which input row each slot of `rows` holds (a ring)
     #pragma omp for schedule(static)
     for (int oh = 0; oh < Ho; ++oh) {
       for (int kh = 0; kh < k; ++kh) {
-        const int ih = oh * s - pad + kh;
-        v16* r = &rows[size_t(kh) * Wp * cb];
+        const int ih = oh * s - pad + kh, slot = ((ih % k) + k) % k;
+        if (held[slot] == ih) continue;   // converted for an earlier output row
+        held[slot] = ih;
+        v16* r = &rows[size_t(slot) * Wp * cb];
         if (ih < 0 || ih >= H) { std::memset(r, 0, sizeof(v16) * Wp * cb); continue; }
         std::memset(r, 0, sizeof(v16) * pad * cb);
         std::memset(r + size_t(pad + W) * cb, 0, sizeof(v16) * pad * cb);
@@ -57,40 +85,22 @@ void dw(const uint16_t* src, const float* w, const float* bias, uint16_t* dst, i
       const v16u* wv = (const v16u*)w;
       const v16u* bv = (const v16u*)bias;
       const size_t step = size_t(s) * cb;
-      for (int c = 0; c < cb; ++c) {
-        int ow0 = 0;
-        for (; ow0 + 8 <= Wo; ow0 += 8) {
-          v16 a[8];
-          #pragma GCC unroll 8
-          for (int j = 0; j < 8; ++j) a[j] = bv[c];
-          for (int kh = 0; kh < k; ++kh) {
-            const v16* r = &rows[size_t(kh) * Wp * cb] + size_t(ow0) * step + c;
-            const v16u* wk = wv + size_t(kh * k) * cb + c;
-            for (int kw = 0; kw < k; ++kw) {
-              const v16 wt = wk[size_t(kw) * cb];
-              const v16* p = r + size_t(kw) * cb;
-              #pragma GCC unroll 8
-              for (int j = 0; j < 8; ++j) a[j] += p[j * step] * wt;
-            }
-          }
-          #pragma GCC unroll 8
-          for (int j = 0; j < 8; ++j) acc[size_t(ow0 + j) * cb + c] = a[j];
-        }
-        for (; ow0 < Wo; ++ow0) {
-          v16 a = bv[c];
-          for (int kh = 0; kh < k; ++kh)
-            for (int kw = 0; kw < k; ++kw)
-              a += rows[size_t(kh) * Wp * cb + size_t(ow0 * s + kw) * cb + c] * wv[size_t(kh * k + kw) * cb + c];
-          acc[size_t(ow0) * cb + c] = a;
-        }
-      }
+      const v16* rk[16];   // the input row of each kh
+      for (int kh = 0; kh < k; ++kh) rk[kh] = &rows[size_t((((oh * s - pad + kh) % k) + k) % k) * Wp * cb];
+      int ow0 = 0;   // 8 outputs at a time, every channel block of them before the next 8
+      for (; ow0 + 8 <= Wo; ow0 += 8)
+        for (int c = 0; c < cb; ++c) block<8>(rk, wv, bv, acc.data(), k, cb, c, ow0, step);
+      for (; ow0 + 4 <= Wo; ow0 += 4)
+        for (int c = 0; c < cb; ++c) block<4>(rk, wv, bv, acc.data(), k, cb, c, ow0, step);
+      for (; ow0 < Wo; ++ow0)
+        for (int c = 0; c < cb; ++c) block<1>(rk, wv, bv, acc.data(), k, cb, c, ow0, step);
       uint16_t* out = dst + size_t(oh) * Wo * C;
       for (int i = 0; i < Wo * cb; ++i) {
         v16 x = acc[i];
         float t[16];
         std::memcpy(t, &x, 64);
         #pragma omp simd
-        for (int l = 0; l < 16; ++l) t[l] = t[l] / (1.f + expf(-t[l]));
+        for (int l = 0; l < 16; ++l) t[l] = af::af_silu(t[l]);
         std::memcpy(&x, t, 64);
         store_bf16(out + size_t(i) * 16, x);
       }
