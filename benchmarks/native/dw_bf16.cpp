@@ -5,9 +5,9 @@
 // the measured starting point for one. Each input row is converted to f32 once, into a ring of
 // k zero-padded rows; 8 outputs x 16 channels accumulate in f32 vectors (GCC's vector extension);
 // SiLU and the rounding to bf16 follow over the row. Checked against oneDNN's output (max error
-// ~1 bf16 ulp). Measured at 0.91-0.99x jit_dw's time in all at one thread, 0.92x at two: faster
-// on large stride-1 images (up to 1.17x), slower at stride 2 (0.7-0.85x: a whole row converted
-// for half as many outputs) and at 12x12 with 1632 channels (0.6-0.9x). Not there yet: bf16
+// ~1 bf16 ulp). Measured at 0.91-0.99x jit_dw's speed in all at one thread, 0.92x at two: faster
+// on large stride-1 images (up to 1.17x), slower at stride 2 (0.7-0.85x: a quarter as many
+// outputs per converted value) and at 12x12 with 1632 channels (0.6-0.9x). Not there yet: bf16
 // operands straight into the FMAs (vdpbf16ps pairs) instead of a converted copy, SiLU fused into
 // the store, wider channel blocking for small images. Built and run by
 // `python -m benchmarks.conv_floor --program dw_bf16`.
