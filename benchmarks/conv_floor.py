@@ -13,6 +13,7 @@ flags and oneDNN) and runs it with the given threads:
                       (not in the runtime: the starting point for one)
     dw_swish          oneDNN's depthwise convolution with swish as a post-op, against without
                       it plus a swish eltwise: what oneDNN's SiLU costs
+    pw_swish          oneDNN's bf16 1x1 convolution with swish as a post-op, against without it
 
     python -m benchmarks.conv_floor --threads 2
     python -m benchmarks.conv_floor --program gate_cost
