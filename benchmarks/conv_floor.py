@@ -11,9 +11,8 @@ flags and oneDNN) and runs it with the given threads:
                       its reorder: the cost ratio behind ConvGateFusionOp's GATED_WEIGHT_COST
     dw_bf16           oneDNN's bf16 depthwise convolution against a first plain C++ kernel
                       (not in the runtime: the starting point for one)
-    dw_swish          oneDNN's depthwise convolution with swish as a post-op, against without
-                      it plus a swish eltwise: what oneDNN's SiLU costs
-    pw_swish          oneDNN's bf16 1x1 convolution with swish as a post-op, against without it
+    swish_cost        oneDNN's depthwise and 1x1 convolutions with swish as a post-op, against
+                      without it (and a swish eltwise): what oneDNN's SiLU costs
 
     python -m benchmarks.conv_floor --threads 2
     python -m benchmarks.conv_floor --program gate_cost

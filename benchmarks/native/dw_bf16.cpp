@@ -13,11 +13,11 @@
 // `python -m benchmarks.conv_floor --program dw_bf16`.
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "bench.h"
 #include "scalar.h"   // the runtime's: af_silu over libmvec's vector expf
 #include <immintrin.h>
 #include <omp.h>
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -108,42 +108,36 @@ void dw(const uint16_t* src, const float* w, const float* bias, uint16_t* dst, i
   }
 }
 
-template <class F> double med(F f) {
-  std::vector<double> t;
-  for (int r = 0; r < 60; ++r) { auto a = std::chrono::steady_clock::now(); f(); t.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - a).count()); }
-  std::sort(t.begin() + 10, t.end()); return t[10 + 25];
-}
 static float bf2f(uint16_t b) { uint32_t u = uint32_t(b) << 16; float f; std::memcpy(&f, &u, 4); return f; }
 
 int main() {
   engine eng(engine::kind::cpu, 0); stream s(eng);
-  struct Sh { int c, hw, k, st; };
   double tj = 0, tm = 0;
-  for (Sh sh : {Sh{48, 190, 3, 1}, {144, 190, 3, 2}, {192, 95, 3, 1}, {192, 95, 5, 2}, {336, 48, 5, 1}, {336, 48, 3, 2}, {672, 24, 3, 1}, {672, 24, 5, 1}, {960, 24, 5, 2}, {1632, 12, 5, 1}, {1632, 12, 3, 1}}) {
-    const int pad = sh.k / 2, ho = (sh.hw + 2 * pad - sh.k) / sh.st + 1;
-    memory::desc src({1, sh.c, sh.hw, sh.hw}, dt::bf16, tag::nhwc), wd({sh.c, 1, 1, sh.k, sh.k}, dt::bf16, tag::any), b({sh.c}, dt::f32, tag::x), d({1, sh.c, ho, ho}, dt::bf16, tag::nhwc);
+  for (const Depthwise& sh : EFFICIENTNET_B4_DEPTHWISE) {
+    const int pad = sh.k / 2, ho = (sh.size + 2 * pad - sh.k) / sh.stride + 1;
+    memory::desc src({1, sh.channels, sh.size, sh.size}, dt::bf16, tag::nhwc), wd({sh.channels, 1, 1, sh.k, sh.k}, dt::bf16, tag::any), b({sh.channels}, dt::f32, tag::x), d({1, sh.channels, ho, ho}, dt::bf16, tag::nhwc);
     post_ops po; po.append_eltwise(algorithm::eltwise_swish, 1.f, 0.f); primitive_attr a; a.set_post_ops(po);
-    convolution_forward::primitive_desc pd(eng, prop_kind::forward_inference, algorithm::convolution_direct, src, wd, b, d, {sh.st, sh.st}, {pad, pad}, {pad, pad}, a);
+    convolution_forward::primitive_desc pd(eng, prop_kind::forward_inference, algorithm::convolution_direct, src, wd, b, d, {sh.stride, sh.stride}, {pad, pad}, {pad, pad}, a);
     memory ms(src, eng), mb(b, eng), md(d, eng);
     // weights: plain f32 [C][k][k] -> oneDNN's layout via reorder; ours [k][k][C] f32
-    std::vector<float> wplain(size_t(sh.c) * sh.k * sh.k), wours(wplain.size()), bias(sh.c);
+    std::vector<float> wplain(size_t(sh.channels) * sh.k * sh.k), wours(wplain.size()), bias(sh.channels);
     for (size_t i = 0; i < wplain.size(); ++i) wplain[i] = std::sin(i * 0.37f) * 0.3f;
-    for (int c = 0; c < sh.c; ++c) { bias[c] = 0.01f * (c % 7); for (int t = 0; t < sh.k * sh.k; ++t) wours[size_t(t) * sh.c + c] = wplain[size_t(c) * sh.k * sh.k + t]; }
-    memory wp(memory::desc({sh.c, 1, 1, sh.k, sh.k}, dt::f32, tag::goihw), eng, wplain.data());
+    for (int c = 0; c < sh.channels; ++c) { bias[c] = 0.01f * (c % 7); for (int t = 0; t < sh.k * sh.k; ++t) wours[size_t(t) * sh.channels + c] = wplain[size_t(c) * sh.k * sh.k + t]; }
+    memory wp(memory::desc({sh.channels, 1, 1, sh.k, sh.k}, dt::f32, tag::goihw), eng, wplain.data());
     memory mw(pd.weights_desc(), eng);
     reorder(wp, mw).execute(s, wp, mw); s.wait();
-    std::memcpy(mb.get_data_handle(), bias.data(), 4 * sh.c);
+    std::memcpy(mb.get_data_handle(), bias.data(), 4 * sh.channels);
     uint16_t* sp = (uint16_t*)ms.get_data_handle();
-    for (size_t i = 0; i < size_t(sh.c) * sh.hw * sh.hw; ++i) { float f = std::cos(i * 0.11f); uint32_t u; std::memcpy(&u, &f, 4); sp[i] = u >> 16; }
+    for (size_t i = 0; i < size_t(sh.channels) * sh.size * sh.size; ++i) { float f = std::cos(i * 0.11f); uint32_t u; std::memcpy(&u, &f, 4); sp[i] = u >> 16; }
     convolution_forward c(pd);
     std::unordered_map<int, memory> args{{DNNL_ARG_SRC, ms}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_BIAS, mb}, {DNNL_ARG_DST, md}};
-    std::vector<uint16_t> mine(size_t(sh.c) * ho * ho);
-    double j = med([&] { c.execute(s, args); s.wait(); });
-    double m = med([&] { dw(sp, wours.data(), bias.data(), mine.data(), sh.hw, sh.hw, sh.c, sh.k, sh.st, pad); });
+    std::vector<uint16_t> mine(size_t(sh.channels) * ho * ho);
+    double j = median_us([&] { c.execute(s, args); s.wait(); }, 50, 10);
+    double m = median_us([&] { dw(sp, wours.data(), bias.data(), mine.data(), sh.size, sh.size, sh.channels, sh.k, sh.stride, pad); }, 50, 10);
     const uint16_t* ref = (const uint16_t*)md.get_data_handle();
     float err = 0, mx = 0;
     for (size_t i = 0; i < mine.size(); ++i) { err = std::max(err, std::fabs(bf2f(mine[i]) - bf2f(ref[i]))); mx = std::max(mx, std::fabs(bf2f(ref[i]))); }
-    printf("c%4d %3d k%d s%d: jit_dw %7.1f us  ours %7.1f us  %.2fx  max err %.2g of %.2g\n", sh.c, sh.hw, sh.k, sh.st, j, m, j / m, err, mx);
+    printf("c%4d %3d k%d s%d: jit_dw %7.1f us  ours %7.1f us  %.2fx  max err %.2g of %.2g\n", sh.channels, sh.size, sh.k, sh.stride, j, m, j / m, err, mx);
     tj += j; tm += m;
   }
   printf("total jit_dw %.1f ours %.1f: %.2fx\n", tj, tm, tj / tm);

@@ -6,28 +6,14 @@
 // --program gate_cost`; prints the median of 300 runs of each, in fp32 and bf16.
 #include <oneapi/dnnl/dnnl.hpp>
 
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <unordered_map>
-#include <vector>
+
+#include "bench.h"
 
 using namespace dnnl;
 using tag = memory::format_tag;
 using dt = memory::data_type;
-
-template <class F>
-double median_us(F run) {
-  std::vector<double> us;
-  for (int r = 0; r < 400; ++r) {   // the first 100: warm-up
-    auto start = std::chrono::steady_clock::now();
-    run();
-    if (r >= 100)
-      us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
-  }
-  std::sort(us.begin(), us.end());
-  return us[us.size() / 2];
-}
 
 struct Gated { int channels, size, out; };   // x [1, channels, size, size], W [out, channels, 1, 1]
 
@@ -44,7 +30,7 @@ int main() {
       memory x(x_md, eng), gate(g_md, eng);
       binary on_x(binary::primitive_desc(eng, algorithm::binary_mul, x_md, g_md, x_md));
       std::unordered_map<int, memory> x_args{{DNNL_ARG_SRC_0, x}, {DNNL_ARG_SRC_1, gate}, {DNNL_ARG_DST, x}};
-      const double x_us = median_us([&] { on_x.execute(s, x_args); s.wait(); });
+      const double x_us = median_us([&] { on_x.execute(s, x_args); s.wait(); }, 300, 100);
 
       convolution_forward::primitive_desc conv(
           eng, prop_kind::forward_inference, algorithm::convolution_direct,
@@ -60,7 +46,7 @@ int main() {
         on_w.execute(s, w_args);
         to_blocked.execute(s, gated, blocked);
         s.wait();
-      });
+      }, 300, 100);
       std::printf("  x %4d x %3d x %3d (%8ld values): x*g %7.1f us, %.3f ns a value | W %4d x %4d (%6ld): "
                   "W*g + reorder %7.1f us, %.3f ns a value\n",
                   g.channels, g.size, g.size, long(x_size), x_us, 1e3 * x_us / x_size, g.out, g.channels,

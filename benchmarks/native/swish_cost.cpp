@@ -1,0 +1,87 @@
+// What SiLU costs oneDNN 3.2 on this CPU, on EfficientNet-B4's convolutions (channels-last, bias):
+// each with swish as a post-op against without it, and for the depthwise ones a separate swish
+// eltwise too, in bf16 and fp32. Measured at one thread (BENCHMARKS.md, session 7): the swish
+// takes ~0.7-1 ns a value, about twice the depthwise convolution itself and three times the
+// 1x1's (24->144 at 190x190: 6.4 ms with it, 1.24 ms without). Built and run by
+// `python -m benchmarks.conv_floor --program swish_cost`.
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <cstdio>
+#include <unordered_map>
+
+#include "bench.h"
+
+using namespace dnnl;
+using tag = memory::format_tag;
+using dt = memory::data_type;
+
+struct Pointwise { int in, out, size; };   // a 1x1 convolution over size x size
+const Pointwise EXPANDS[] = {{24, 144, 190}, {32, 192, 95}, {56, 336, 48}, {112, 672, 24}, {160, 960, 24},
+                             {272, 1632, 12}};
+
+primitive_attr swish() {
+  post_ops po;
+  po.append_eltwise(algorithm::eltwise_swish, 1.f, 0.f);
+  primitive_attr attr;
+  attr.set_post_ops(po);
+  return attr;
+}
+
+// a convolution's median µs: with swish as a post-op, and without
+std::pair<double, double> with_and_without(engine& eng, stream& s, const memory::desc& src,
+                                           const memory::desc& w, const memory::desc& dst,
+                                           const memory::dims& strides, const memory::dims& pads,
+                                           const char** impl) {
+  memory::desc b({dst.get_dims()[1]}, dt::f32, tag::x);
+  auto make = [&](const primitive_attr& attr) {
+    return convolution_forward::primitive_desc(eng, prop_kind::forward_inference,
+                                               algorithm::convolution_direct, src, w, b, dst, strides,
+                                               pads, pads, attr);
+  };
+  auto with = make(swish()), without = make(primitive_attr());
+  *impl = with.impl_info_str();
+  memory ms(src, eng), mw(with.weights_desc(), eng), mb(b, eng), md(dst, eng);
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, ms}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_BIAS, mb},
+                                       {DNNL_ARG_DST, md}};
+  convolution_forward cw(with), cp(without);
+  return {median_us([&] { cw.execute(s, args); s.wait(); }, 60, 20),
+          median_us([&] { cp.execute(s, args); s.wait(); }, 60, 20)};
+}
+
+int main() {
+  engine eng(engine::kind::cpu, 0);
+  stream s(eng);
+  for (dt type : {dt::bf16, dt::f32}) {
+    const char* name = type == dt::bf16 ? "bf16" : "fp32";
+    double with_total = 0, without_total = 0, eltwise_total = 0;
+    for (const Depthwise& c : EFFICIENTNET_B4_DEPTHWISE) {
+      const int pad = c.k / 2, out = (c.size + 2 * pad - c.k) / c.stride + 1;
+      memory::desc src({1, c.channels, c.size, c.size}, type, tag::nhwc),
+          w({c.channels, 1, 1, c.k, c.k}, type, tag::any), dst({1, c.channels, out, out}, type, tag::nhwc);
+      const char* impl;
+      auto [with, without] = with_and_without(eng, s, src, w, dst, {c.stride, c.stride}, {pad, pad}, &impl);
+      eltwise_forward sw(eltwise_forward::primitive_desc(eng, prop_kind::forward_inference,
+                                                         algorithm::eltwise_swish, dst, dst, 1.f, 0.f));
+      memory md(dst, eng);
+      std::unordered_map<int, memory> eargs{{DNNL_ARG_SRC, md}, {DNNL_ARG_DST, md}};
+      const double eltwise = median_us([&] { sw.execute(s, eargs); s.wait(); }, 60, 20);
+      std::printf("%s depthwise %4d x %3d k%d s%d: with the swish post-op %7.1f us | without %7.1f + "
+                  "a swish eltwise %6.1f = %7.1f us (%s)\n",
+                  name, c.channels, c.size, c.k, c.stride, with, without, eltwise, without + eltwise, impl);
+      with_total += with, without_total += without, eltwise_total += eltwise;
+    }
+    std::printf("%s depthwise in all: with the post-op %.1f us, without %.1f + eltwise %.1f\n", name,
+                with_total, without_total, eltwise_total);
+    with_total = without_total = 0;
+    for (const Pointwise& c : EXPANDS) {
+      memory::desc src({1, c.in, c.size, c.size}, type, tag::nhwc), w({c.out, c.in, 1, 1}, type, tag::any),
+          dst({1, c.out, c.size, c.size}, type, tag::nhwc);
+      const char* impl;
+      auto [with, without] = with_and_without(eng, s, src, w, dst, {1, 1}, {0, 0}, &impl);
+      std::printf("%s 1x1 %4d -> %4d x %3d: with the swish post-op %7.1f us, without %7.1f us (%s)\n", name,
+                  c.in, c.out, c.size, with, without, impl);
+      with_total += with, without_total += without;
+    }
+    std::printf("%s 1x1 in all: with the post-op %.1f us, without %.1f\n", name, with_total, without_total);
+  }
+}
