@@ -71,7 +71,7 @@ ACTIVATIONS: dict[str, Activation] = {
                       lambda F, x, alpha: F.elu(x, alpha), lambda alpha: [("Elu", alpha, 0.0)],
                       lambda x, alpha: f"af_elu({x}, {c_float(alpha)})"),
     "SiLU": Activation({}, lambda op, x: op.Mul(x, op.Sigmoid(x)), lambda F, x: F.silu(x),
-                       lambda: [("Swish", 1.0, 0.0)], lambda x: f"af_silu({x})"),
+                       lambda: [("SiLU", 1.0, 0.0)], lambda x: f"af_silu({x})"),
     "Gelu": Activation({}, lambda op, x: gelu(op, x, "none"), lambda F, x: F.gelu(x),
                        lambda: [("GeluErf", 0.0, 0.0)], lambda x: f"af_gelu({x})"),
     "GeluTanh": Activation({}, lambda op, x: gelu(op, x, "tanh"),

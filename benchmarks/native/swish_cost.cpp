@@ -1,8 +1,9 @@
 // What SiLU costs oneDNN 3.2 on this CPU, on EfficientNet-B4's convolutions (channels-last, bias):
-// each with swish as a post-op against without it, and for the depthwise ones a separate swish
-// eltwise too, in bf16 and fp32. Measured at one thread (BENCHMARKS.md, session 7): the swish
-// takes ~0.7-1 ns a value, about twice the depthwise convolution itself and three times the
-// 1x1's (24->144 at 190x190: 6.4 ms with it, 1.24 ms without). Built and run by
+// each with swish as a post-op, without it, and without it followed by the runtime's own SiLU
+// over the result (runtime/silu.h, what the runtime runs); for the depthwise ones a separate
+// swish eltwise too; in bf16 and fp32. Measured at one thread (BENCHMARKS.md, session 7):
+// oneDNN's swish takes ~0.7-1 ns a value, about twice the depthwise convolution itself and three
+// times the 1x1's (24->144 at 190x190: 6.4 ms with it, 1.24 ms without). Built and run by
 // `python -m benchmarks.conv_floor --program swish_cost`.
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -10,6 +11,7 @@
 #include <unordered_map>
 
 #include "bench.h"
+#include "silu.h"
 
 using namespace dnnl;
 using tag = memory::format_tag;
@@ -27,8 +29,10 @@ primitive_attr swish() {
   return attr;
 }
 
-// a convolution's median µs: with swish as a post-op, and without
-std::pair<double, double> with_and_without(engine& eng, stream& s, const memory::desc& src,
+struct Times { double with, without, runtime_silu; };
+
+// a convolution's median µs: with swish as a post-op, without, and without + the runtime's SiLU
+Times with_and_without(engine& eng, stream& s, const memory::desc& src,
                                            const memory::desc& w, const memory::desc& dst,
                                            const memory::dims& strides, const memory::dims& pads,
                                            const char** impl) {
@@ -44,8 +48,16 @@ std::pair<double, double> with_and_without(engine& eng, stream& s, const memory:
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, ms}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_BIAS, mb},
                                        {DNNL_ARG_DST, md}};
   convolution_forward cw(with), cp(without);
+  const int64_t n = int64_t(dst.get_size() / memory::data_type_size(dst.get_data_type()));
+  auto silu = [&] {
+    if (dst.get_data_type() == dt::bf16)
+      af::silu_in_place(static_cast<uint16_t*>(md.get_data_handle()), n);
+    else
+      af::silu_in_place(static_cast<float*>(md.get_data_handle()), n);
+  };
   return {median_us([&] { cw.execute(s, args); s.wait(); }, 60, 20),
-          median_us([&] { cp.execute(s, args); s.wait(); }, 60, 20)};
+          median_us([&] { cp.execute(s, args); s.wait(); }, 60, 20),
+          median_us([&] { cp.execute(s, args); s.wait(); silu(); }, 60, 20)};
 }
 
 int main() {
@@ -53,35 +65,37 @@ int main() {
   stream s(eng);
   for (dt type : {dt::bf16, dt::f32}) {
     const char* name = type == dt::bf16 ? "bf16" : "fp32";
-    double with_total = 0, without_total = 0, eltwise_total = 0;
+    double with_total = 0, without_total = 0, eltwise_total = 0, runtime_total = 0;
     for (const Depthwise& c : EFFICIENTNET_B4_DEPTHWISE) {
       const int pad = c.k / 2, out = (c.size + 2 * pad - c.k) / c.stride + 1;
       memory::desc src({1, c.channels, c.size, c.size}, type, tag::nhwc),
           w({c.channels, 1, 1, c.k, c.k}, type, tag::any), dst({1, c.channels, out, out}, type, tag::nhwc);
       const char* impl;
-      auto [with, without] = with_and_without(eng, s, src, w, dst, {c.stride, c.stride}, {pad, pad}, &impl);
+      auto [with, without, runtime] = with_and_without(eng, s, src, w, dst, {c.stride, c.stride}, {pad, pad}, &impl);
       eltwise_forward sw(eltwise_forward::primitive_desc(eng, prop_kind::forward_inference,
                                                          algorithm::eltwise_swish, dst, dst, 1.f, 0.f));
       memory md(dst, eng);
       std::unordered_map<int, memory> eargs{{DNNL_ARG_SRC, md}, {DNNL_ARG_DST, md}};
       const double eltwise = median_us([&] { sw.execute(s, eargs); s.wait(); }, 60, 20);
       std::printf("%s depthwise %4d x %3d k%d s%d: with the swish post-op %7.1f us | without %7.1f + "
-                  "a swish eltwise %6.1f = %7.1f us (%s)\n",
-                  name, c.channels, c.size, c.k, c.stride, with, without, eltwise, without + eltwise, impl);
-      with_total += with, without_total += without, eltwise_total += eltwise;
+                  "a swish eltwise %6.1f = %7.1f us | + the runtime's SiLU %7.1f us (%s)\n",
+                  name, c.channels, c.size, c.k, c.stride, with, without, eltwise, without + eltwise, runtime,
+                  impl);
+      with_total += with, without_total += without, eltwise_total += eltwise, runtime_total += runtime;
     }
-    std::printf("%s depthwise in all: with the post-op %.1f us, without %.1f + eltwise %.1f\n", name,
-                with_total, without_total, eltwise_total);
-    with_total = without_total = 0;
+    std::printf("%s depthwise in all: with the post-op %.1f us, without %.1f + eltwise %.1f, "
+                "+ the runtime's SiLU %.1f\n", name, with_total, without_total, eltwise_total, runtime_total);
+    with_total = without_total = runtime_total = 0;
     for (const Pointwise& c : EXPANDS) {
       memory::desc src({1, c.in, c.size, c.size}, type, tag::nhwc), w({c.out, c.in, 1, 1}, type, tag::any),
           dst({1, c.out, c.size, c.size}, type, tag::nhwc);
       const char* impl;
-      auto [with, without] = with_and_without(eng, s, src, w, dst, {1, 1}, {0, 0}, &impl);
-      std::printf("%s 1x1 %4d -> %4d x %3d: with the swish post-op %7.1f us, without %7.1f us (%s)\n", name,
-                  c.in, c.out, c.size, with, without, impl);
-      with_total += with, without_total += without;
+      auto [with, without, runtime] = with_and_without(eng, s, src, w, dst, {1, 1}, {0, 0}, &impl);
+      std::printf("%s 1x1 %4d -> %4d x %3d: with the swish post-op %7.1f us, without %7.1f us, + the "
+                  "runtime's SiLU %7.1f us (%s)\n", name, c.in, c.out, c.size, with, without, runtime, impl);
+      with_total += with, without_total += without, runtime_total += runtime;
     }
-    std::printf("%s 1x1 in all: with the post-op %.1f us, without %.1f\n", name, with_total, without_total);
+    std::printf("%s 1x1 in all: with the post-op %.1f us, without %.1f, + the runtime's SiLU %.1f\n", name,
+                with_total, without_total, runtime_total);
   }
 }

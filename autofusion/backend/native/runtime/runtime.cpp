@@ -8,8 +8,10 @@
 // intermediate, places them in one arena by their lifetimes (two values share bytes only if
 // their step ranges do not meet) and binds the primitives' arguments. run() binds the caller's
 // buffers and executes the primitives in order; with profiling on it also adds each primitive's
-// time to its step's count (af_profile, af_step_times).
+// time to its step's count (af_profile, af_step_times). A step whose last activation is SiLU
+// runs its primitive without it and SiLU after, over the result in place (silu.h).
 #include "native.h"
+#include "silu.h"
 
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -71,7 +73,8 @@ dnnl::algorithm eltwise_alg(Alg a) {
     case Alg::HardSigmoid: return A::eltwise_hardsigmoid;
     case Alg::HardSwish: return A::eltwise_hardswish;
     case Alg::Elu: return A::eltwise_elu;
-    case Alg::Swish: return A::eltwise_swish;
+    case Alg::Swish:
+    case Alg::SiLU: return A::eltwise_swish;   // SiLU's alpha is 1 (a SiLU not last, as a post-op)
     case Alg::GeluErf: return A::eltwise_gelu_erf;
     case Alg::GeluTanh: return A::eltwise_gelu_tanh;
     case Alg::Exp: return A::eltwise_exp;
@@ -99,6 +102,13 @@ dnnl::algorithm binary_alg(Bin b) {
     case Bin::Min: return A::binary_min;
   }
   throw std::runtime_error("no binary algorithm");
+}
+
+// a last SiLU the runtime computes itself, after the primitive; the rest are oneDNN post-ops
+bool silu_after(const Acts& acts) { return !acts.empty() && acts.back().alg == Alg::SiLU; }
+
+Acts post_ops_of(const Acts& acts) {
+  return silu_after(acts) ? Acts(acts.begin(), acts.end() - 1) : acts;
 }
 
 // oneDNN counts dilation from 0 (dense), ONNX from 1
@@ -162,13 +172,14 @@ struct Arg {
 };
 
 struct Exec {
-  dnnl::primitive prim;
+  dnnl::primitive prim;                // none: only the SiLU, over a value in place
   std::vector<Arg> args;
   std::unordered_map<int, memory> bound;
   std::string node;
   int step = -1;                       // the graph node it belongs to (node() calls counted)
   KernelFn fn = nullptr;               // a generated kernel instead of a primitive
   std::vector<memory> fn_in, fn_out;   // its operands, bound by finalize()
+  bool silu = false;                   // then SiLU over DNNL_ARG_DST, in place
 };
 
 struct Partition::Impl {
@@ -230,7 +241,7 @@ struct Partition::Impl {
     a.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     dnnl::post_ops po;
     for (const auto& md : binary_adds) po.append_binary(dnnl::algorithm::binary_add, md);
-    for (const auto& act : acts)
+    for (const auto& act : post_ops_of(acts))
       if (act.alg != Alg::None) po.append_eltwise(eltwise_alg(act.alg), act.alpha, act.beta);
     a.set_post_ops(po);
     return a;
@@ -247,9 +258,25 @@ struct Partition::Impl {
     return id;
   }
 
-  void add(const dnnl::primitive_desc_base& pd, dnnl::primitive prim, std::vector<Arg> args) {
+  // a primitive; with `acts` (those its attr() was made from), the SiLU after it
+  void add(const dnnl::primitive_desc_base& pd, dnnl::primitive prim, std::vector<Arg> args,
+           const Acts& acts = {}) {
     scratch_size = std::max(scratch_size, pd.scratchpad_desc().get_size());
     execs.push_back(Exec{std::move(prim), std::move(args), {}, node, step});
+    if (silu_after(acts)) silu_over_dst();
+  }
+
+  // SiLU over the last exec's DNNL_ARG_DST, in place, after its primitive
+  void silu_over_dst() {
+    Exec& e = execs.back();
+    for (const Arg& a : e.args)
+      if (a.key == DNNL_ARG_DST) {
+        dt type = (a.has_md ? a.md : md_of(a.value)).get_data_type();
+        if (type != dt::f32 && type != dt::bf16) fail("SiLU over a value neither f32 nor bf16");
+        e.silu = true;
+        return;
+      }
+    fail("SiLU after a step with no destination");
   }
 
   static Arg use(int key, int id) { return Arg{key, id}; }
@@ -434,6 +461,16 @@ struct Partition::Impl {
   }
 
   void execute(Exec& e, std::vector<const float*>& in, std::vector<float*>& out) {
+    if (e.silu) {
+      if (e.prim) run_primitive(e);
+      const memory& d = e.bound[DNNL_ARG_DST];
+      const memory::desc md = d.get_desc();
+      if (md.get_data_type() == dt::bf16)
+        silu_in_place(static_cast<uint16_t*>(d.get_data_handle()), int64_t(md.get_size() / 2));
+      else
+        silu_in_place(static_cast<float*>(d.get_data_handle()), int64_t(md.get_size() / 4));
+      return;
+    }
     if (e.fn) {
       in.clear();
       out.clear();
@@ -442,6 +479,10 @@ struct Partition::Impl {
       e.fn(in.data(), out.data());
       return;
     }
+    run_primitive(e);
+  }
+
+  void run_primitive(Exec& e) {
     try {
       e.prim.execute(strm, e.bound);
     } catch (const dnnl::error& err) {
@@ -518,7 +559,7 @@ void Partition::conv(int dst, int src, int w, int b, int residual, const Dims& s
   if (b >= 0) args.push_back(Impl::owned(DNNL_ARG_BIAS, m.constant_as(b, pd.bias_desc())));
   if (residual >= 0)
     args.push_back(Impl::use(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, residual));
-  m.add(pd, dnnl::convolution_forward(pd), std::move(args));
+  m.add(pd, dnnl::convolution_forward(pd), std::move(args), acts);
   m.finish(dst, y);
 }
 
@@ -541,11 +582,23 @@ void Partition::eltwise(int dst, int src, const Acts& acts, bool in_place) {
   if (acts.empty()) m.fail("an eltwise step needs an activation");
   const memory::desc md = m.md_of(src);
   int y = m.write_over(dst, src, in_place);
+  if (acts.size() == 1 && silu_after(acts)) {
+    // SiLU alone: over src's bytes, or over a copy of them
+    if (in_place)
+      m.execs.push_back(Exec{dnnl::primitive(), {Impl::use(DNNL_ARG_DST, y)}, {}, m.node, m.step});
+    else
+      m.reorder(src, md, y, md);
+    m.silu_over_dst();
+    m.finish(dst, y);
+    return;
+  }
   // the first activation is the primitive, the rest its post-ops
+  Acts rest(acts.begin() + 1, acts.end());
   dnnl::eltwise_forward::primitive_desc pd(
       m.eng, dnnl::prop_kind::forward_inference, eltwise_alg(acts[0].alg), md, md, acts[0].alpha,
-      acts[0].beta, m.attr(Acts(acts.begin() + 1, acts.end())));
-  m.add(pd, dnnl::eltwise_forward(pd), {Impl::use(DNNL_ARG_SRC, src), Impl::use(DNNL_ARG_DST, y)});
+      acts[0].beta, m.attr(rest));
+  m.add(pd, dnnl::eltwise_forward(pd), {Impl::use(DNNL_ARG_SRC, src), Impl::use(DNNL_ARG_DST, y)},
+        rest);
   m.finish(dst, y);
 }
 
@@ -567,7 +620,7 @@ void Partition::binary(int dst, int a, int b, Bin op, const Acts& acts, bool in_
   }
   dnnl::binary::primitive_desc pd(m.eng, binary_alg(op), md, b_md, md, m.attr(acts));
   m.add(pd, dnnl::binary(pd), {Impl::use(DNNL_ARG_SRC_0, a), Impl::view(DNNL_ARG_SRC_1, b, b_md),
-                               Impl::use(DNNL_ARG_DST, y)});
+                               Impl::use(DNNL_ARG_DST, y)}, acts);
   m.finish(dst, y);
 }
 
@@ -583,7 +636,7 @@ void Partition::batch_norm(int dst, int src, int scale, int bias, int mean, int 
   m.add(pd, dnnl::batch_normalization_forward(pd),
         {Impl::use(DNNL_ARG_SRC, src), Impl::use(DNNL_ARG_SCALE, scale),
          Impl::use(DNNL_ARG_SHIFT, bias), Impl::use(DNNL_ARG_MEAN, mean),
-         Impl::use(DNNL_ARG_VARIANCE, var), Impl::use(DNNL_ARG_DST, y)});
+         Impl::use(DNNL_ARG_VARIANCE, var), Impl::use(DNNL_ARG_DST, y)}, acts);
   m.finish(dst, y);
 }
 
@@ -602,7 +655,7 @@ void Partition::linear(int dst, int a, int w, int bias, const Acts& acts) {
                         Impl::owned(DNNL_ARG_WEIGHTS, m.constant_as(w, pd.weights_desc())),
                         Impl::view(DNNL_ARG_DST, y, y_md)};
   if (bias >= 0) args.push_back(Impl::owned(DNNL_ARG_BIAS, m.constant_as(bias, b_md)));
-  m.add(pd, dnnl::matmul(pd), std::move(args));
+  m.add(pd, dnnl::matmul(pd), std::move(args), acts);
   m.finish(dst, y);
 }
 
@@ -634,7 +687,7 @@ void Partition::matmul(int dst, int a, int b, int c, bool trans_a, bool trans_b,
   dnnl::post_ops po;
   for (const auto& p : post) po.append_eltwise(eltwise_alg(p.alg), p.alpha, p.beta);
   for (const auto& md : adds) po.append_binary(dnnl::algorithm::binary_add, md);
-  for (const auto& act : acts)
+  for (const auto& act : post_ops_of(acts))
     if (act.alg != Alg::None) po.append_eltwise(eltwise_alg(act.alg), act.alpha, act.beta);
   at.set_post_ops(po);
   memory::desc y_md = plain(m.val(dst).shape);
@@ -644,7 +697,7 @@ void Partition::matmul(int dst, int a, int b, int c, bool trans_a, bool trans_b,
                         Impl::use(DNNL_ARG_DST, y)};
   if (cv >= 0)
     args.push_back(Impl::use(DNNL_ARG_ATTR_MULTIPLE_POST_OP(int(post.size())) | DNNL_ARG_SRC_1, cv));
-  m.add(pd, dnnl::matmul(pd), std::move(args));
+  m.add(pd, dnnl::matmul(pd), std::move(args), acts);
   m.finish(dst, y);
 }
 
