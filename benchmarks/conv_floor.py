@@ -11,8 +11,9 @@ flags and oneDNN) and runs it with the given threads:
                       its reorder: the cost ratio behind ConvGateFusionOp's GATED_WEIGHT_COST
     dw_bf16           oneDNN's bf16 depthwise convolution against a first plain C++ kernel
                       (not in the runtime: the starting point for one)
-    swish_cost        oneDNN's depthwise and 1x1 convolutions with swish as a post-op, against
-                      without it (and a swish eltwise): what oneDNN's SiLU costs
+    activation_cost   oneDNN's depthwise and 1x1 convolutions with swish as a post-op, and
+                      matrix products with GELU, against without it and without it followed by
+                      the runtime's own (runtime/gated.h): what oneDNN's SiLU and GELU cost
 
     python -m benchmarks.conv_floor --threads 2
     python -m benchmarks.conv_floor --program gate_cost

@@ -41,7 +41,7 @@ _BINDING_POST_OPS = {   # oneDNN algorithm → (attr, scalars, algorithm) of _co
     "Relu": lambda a, b: ("relu", [], "") if a == 0 else ("leaky_relu", [a], ""),
     "Clip": lambda a, b: None if math.isinf(a) or math.isinf(b) else ("hardtanh", [a, b], ""),
     "Logistic": lambda a, b: ("sigmoid", [], ""), "Tanh": lambda a, b: ("tanh", [], ""),
-    "HardSwish": lambda a, b: ("hardswish", [], ""), "Swish": lambda a, b: ("swish", [], ""),
+    "HardSwish": lambda a, b: ("hardswish", [], ""), "SiLU": lambda a, b: ("swish", [], ""),
     "GeluErf": lambda a, b: ("gelu", [], "none"), "GeluTanh": lambda a, b: ("gelu", [], "tanh"),
 }
 

@@ -253,24 +253,26 @@ def test_clip_refuses_bounds_computed_at_run_time():
     assert "computed at run time" in refusal(g, g.nodes[1].name)
 
 
-SILU_EDGES = [np.nan, np.inf, -np.inf, 100.0, -100.0, 87.0, -87.0, -87.5, 1e-30, -0.0]
+GATE_EDGES = [np.nan, np.inf, -np.inf, 100.0, -100.0, 87.0, -87.0, -87.5, 1e-30, -0.0]
 
 
+@pytest.mark.parametrize("act", ["SiLU", "GeluTanh"])
 @pytest.mark.parametrize("in_place", [False, True])
-def test_silu_alone(in_place):
-    """SiLU by the runtime over 33,333 values (split across threads, a 5-value tail), over a copy
-    of the input or in place over an Abs's result; non-finite and far-out values as torch has them."""
+def test_runtime_gate_alone(act, in_place):
+    """SiLU and tanh-GELU by the runtime (gated.h) over 33,333 values (split across threads, a
+    5-value tail), over a copy of the input or in place over an Abs's result; non-finite and
+    far-out values as torch has them."""
     shape = (3, 1, 11111)
     def build(op, x):
         if not in_place:
-            return [(op.Activation(x, **activation_attrs("SiLU")), shape)]
+            return [(op.Activation(x, **activation_attrs(act)), shape)]
         y = op.Abs(x)
         y.shape, y.dtype = shape, DType.FLOAT
-        z = op.Activation(y, **activation_attrs("SiLU"))
+        z = op.Activation(y, **activation_attrs(act))
         z.shape, z.dtype = shape, DType.FLOAT
         return [(op.Neg(z), shape)]
     x = RNG.standard_normal(shape).astype(np.float32) * 8
-    x.reshape(-1)[[0, 17, 9000, -3, -2, -1, 500, 1000, 2000, 3000]] = SILU_EDGES
+    x.reshape(-1)[[0, 17, 9000, -3, -2, -1, 500, 1000, 2000, 3000]] = GATE_EDGES
     model = check_native(graph({"x": shape}, build), {"x": x})
     in_place_values = [v.name for v, vp in model.plan.partitions[0].values.items() if vp.in_place_of is not None]
     assert in_place_values == (["Activation_out0"] if in_place else [])

@@ -9,9 +9,10 @@
 // their step ranges do not meet) and binds the primitives' arguments. run() binds the caller's
 // buffers and executes the primitives in order; with profiling on it also adds each primitive's
 // time to its step's count (af_profile, af_step_times). A step whose last activation is SiLU
-// runs its primitive without it and SiLU after, over the result in place (silu.h).
+// or tanh-GELU runs its primitive without it and the activation after, over the result in place
+// (gated.h).
 #include "native.h"
-#include "silu.h"
+#include "gated.h"
 
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -74,7 +75,7 @@ dnnl::algorithm eltwise_alg(Alg a) {
     case Alg::HardSwish: return A::eltwise_hardswish;
     case Alg::Elu: return A::eltwise_elu;
     case Alg::Swish:
-    case Alg::SiLU: return A::eltwise_swish;   // SiLU's alpha is 1 (a SiLU not last, as a post-op)
+    case Alg::SiLU: return A::eltwise_swish;   // SiLU's alpha is 1 (one not last, as a post-op)
     case Alg::GeluErf: return A::eltwise_gelu_erf;
     case Alg::GeluTanh: return A::eltwise_gelu_tanh;
     case Alg::Exp: return A::eltwise_exp;
@@ -104,11 +105,22 @@ dnnl::algorithm binary_alg(Bin b) {
   throw std::runtime_error("no binary algorithm");
 }
 
-// a last SiLU the runtime computes itself, after the primitive; the rest are oneDNN post-ops
-bool silu_after(const Acts& acts) { return !acts.empty() && acts.back().alg == Alg::SiLU; }
+// a last SiLU or tanh-GELU the runtime computes itself, after the primitive (gated.h); the
+// rest are oneDNN post-ops
+Alg gate_after(const Acts& acts) {
+  if (acts.empty()) return Alg::None;
+  Alg last = acts.back().alg;
+  return last == Alg::SiLU || last == Alg::GeluTanh ? last : Alg::None;
+}
 
 Acts post_ops_of(const Acts& acts) {
-  return silu_after(acts) ? Acts(acts.begin(), acts.end() - 1) : acts;
+  return gate_after(acts) != Alg::None ? Acts(acts.begin(), acts.end() - 1) : acts;
+}
+
+template <class T>
+void gate_in_place(Alg gate, T* v, int64_t n) {
+  if (gate == Alg::SiLU) gated_in_place<Gate::SiLU>(v, n);
+  else gated_in_place<Gate::GeluTanh>(v, n);
 }
 
 // oneDNN counts dilation from 0 (dense), ONNX from 1
@@ -172,14 +184,14 @@ struct Arg {
 };
 
 struct Exec {
-  dnnl::primitive prim;                // none: only the SiLU, over a value in place
+  dnnl::primitive prim;                // none: only the gate, over a value in place
   std::vector<Arg> args;
   std::unordered_map<int, memory> bound;
   std::string node;
   int step = -1;                       // the graph node it belongs to (node() calls counted)
   KernelFn fn = nullptr;               // a generated kernel instead of a primitive
   std::vector<memory> fn_in, fn_out;   // its operands, bound by finalize()
-  bool silu = false;                   // then SiLU over DNNL_ARG_DST, in place
+  Alg gate = Alg::None;                // then this activation over DNNL_ARG_DST, in place
 };
 
 struct Partition::Impl {
@@ -258,25 +270,25 @@ struct Partition::Impl {
     return id;
   }
 
-  // a primitive; with `acts` (those its attr() was made from), the SiLU after it
+  // a primitive; with `acts` (those its attr() was made from), the gate after it
   void add(const dnnl::primitive_desc_base& pd, dnnl::primitive prim, std::vector<Arg> args,
            const Acts& acts = {}) {
     scratch_size = std::max(scratch_size, pd.scratchpad_desc().get_size());
     execs.push_back(Exec{std::move(prim), std::move(args), {}, node, step});
-    if (silu_after(acts)) silu_over_dst();
+    if (gate_after(acts) != Alg::None) gate_over_dst(gate_after(acts));
   }
 
-  // SiLU over the last exec's DNNL_ARG_DST, in place, after its primitive
-  void silu_over_dst() {
+  // the gate over the last exec's DNNL_ARG_DST, in place, after its primitive
+  void gate_over_dst(Alg gate) {
     Exec& e = execs.back();
     for (const Arg& a : e.args)
       if (a.key == DNNL_ARG_DST) {
         dt type = (a.has_md ? a.md : md_of(a.value)).get_data_type();
-        if (type != dt::f32 && type != dt::bf16) fail("SiLU over a value neither f32 nor bf16");
-        e.silu = true;
+        if (type != dt::f32 && type != dt::bf16) fail("an activation over a value neither f32 nor bf16");
+        e.gate = gate;
         return;
       }
-    fail("SiLU after a step with no destination");
+    fail("an activation after a step with no destination");
   }
 
   static Arg use(int key, int id) { return Arg{key, id}; }
@@ -461,14 +473,14 @@ struct Partition::Impl {
   }
 
   void execute(Exec& e, std::vector<const float*>& in, std::vector<float*>& out) {
-    if (e.silu) {
+    if (e.gate != Alg::None) {
       if (e.prim) run_primitive(e);
       const memory& d = e.bound[DNNL_ARG_DST];
       const memory::desc md = d.get_desc();
       if (md.get_data_type() == dt::bf16)
-        silu_in_place(static_cast<uint16_t*>(d.get_data_handle()), int64_t(md.get_size() / 2));
+        gate_in_place(e.gate, static_cast<uint16_t*>(d.get_data_handle()), int64_t(md.get_size() / 2));
       else
-        silu_in_place(static_cast<float*>(d.get_data_handle()), int64_t(md.get_size() / 4));
+        gate_in_place(e.gate, static_cast<float*>(d.get_data_handle()), int64_t(md.get_size() / 4));
       return;
     }
     if (e.fn) {
@@ -582,13 +594,13 @@ void Partition::eltwise(int dst, int src, const Acts& acts, bool in_place) {
   if (acts.empty()) m.fail("an eltwise step needs an activation");
   const memory::desc md = m.md_of(src);
   int y = m.write_over(dst, src, in_place);
-  if (acts.size() == 1 && silu_after(acts)) {
-    // SiLU alone: over src's bytes, or over a copy of them
+  if (acts.size() == 1 && gate_after(acts) != Alg::None) {
+    // the gate alone: over src's bytes, or over a copy of them
     if (in_place)
       m.execs.push_back(Exec{dnnl::primitive(), {Impl::use(DNNL_ARG_DST, y)}, {}, m.node, m.step});
     else
       m.reorder(src, md, y, md);
-    m.silu_over_dst();
+    m.gate_over_dst(acts[0].alg);
     m.finish(dst, y);
     return;
   }
