@@ -98,8 +98,17 @@ class CompiledModel:
     def _program(self, graph: Graph) -> Program:
         kept = self.guard.kept if self.guard is not None else frozenset()
         plan = lower(graph, self.backend, self.native_unavailable, self.precision.compute, kept)
-        partitions, source = native.build_partitions(plan, graph.name) if plan.native is None else ({}, "")
+        if plan.native is not None:
+            return Program(graph, plan, {}, "")
+        # oneDNN splits a primitive's work for the thread count current when it is created, and
+        # runs it on that many threads whatever the count later
+        self._use_threads()
+        partitions, source = native.build_partitions(plan, graph.name)
         return Program(graph, plan, partitions, source)
+
+    def _use_threads(self) -> None:
+        if self.threads is not None and torch.get_num_threads() != self.threads:
+            torch.set_num_threads(self.threads)   # one OpenMP pool: torch's and oneDNN's
 
     def program_for(self, sizes: dict[str, int]) -> Program:
         """The program that runs a call with these symbolic sizes."""
@@ -167,8 +176,7 @@ class CompiledModel:
         program = self.program_for(self._check_symbolic_dims(tensors))
         if program.plan.nan_clamping and not all_finite(tensors):
             program = self._exact(program)
-        if self.threads is not None and torch.get_num_threads() != self.threads:
-            torch.set_num_threads(self.threads)   # one OpenMP pool: torch's and oneDNN's
+        self._use_threads()
         with torch.inference_mode():
             outs = program(*tensors)
         # an output sharing memory with a caller's input or a constant (Identity, a reshape or

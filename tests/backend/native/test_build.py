@@ -91,3 +91,20 @@ def test_a_partition_refuses_inputs_its_plan_did_not_type():
         call(torch.ones(2, 8, dtype=torch.float64))
     with pytest.raises(RuntimeError, match=r"torch.float32\[3, 8\]"):
         call(torch.ones(3, 8))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_partitions_are_built_for_the_models_thread_count(monkeypatch, threads):
+    """oneDNN fixes a primitive's threads when it creates it: a model compiled with threads=N in
+    a process whose pool has another count builds its partitions with N threads set."""
+    from autofusion.backend import native
+    seen = []
+    real = native.build_partitions
+    monkeypatch.setattr(native, "build_partitions", lambda *a: seen.append(torch.get_num_threads()) or real(*a))
+    before = torch.get_num_threads()
+    torch.set_num_threads(3 - threads)
+    try:
+        autofusion.compile(relu_graph(), level=0, backend="native", threads=threads)
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [threads]
