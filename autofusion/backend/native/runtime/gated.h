@@ -18,6 +18,14 @@
 
 namespace af {
 
+// without AVX-512 only the scalar loop is here, slower than oneDNN's post-ops: the runtime
+// leaves the activations to them
+#if defined(__AVX512F__)
+constexpr bool GATES_VECTORISED = true;
+#else
+constexpr bool GATES_VECTORISED = false;
+#endif
+
 enum class Gate { SiLU, GeluTanh };
 
 constexpr float TWO_SQRT_2_OVER_PI = 1.5957691216057308f, GELU_CUBIC = 0.044715f;

@@ -108,7 +108,7 @@ dnnl::algorithm binary_alg(Bin b) {
 // a last SiLU or tanh-GELU the runtime computes itself, after the primitive (gated.h); the
 // rest are oneDNN post-ops
 Alg gate_after(const Acts& acts) {
-  if (acts.empty()) return Alg::None;
+  if (acts.empty() || !GATES_VECTORISED) return Alg::None;
   Alg last = acts.back().alg;
   return last == Alg::SiLU || last == Alg::GeluTanh ? last : Alg::None;
 }
