@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 import autofusion
+from autofusion.backend.native import unavailable as native_unavailable
 from autofusion.dynamo import AutofusionFallbackWarning
 
 
@@ -51,17 +52,24 @@ def test_the_backend_is_registered_by_entry_point():
     assert "autofusion" in torch._dynamo.list_backends()
 
 
-def test_options_mean_what_they_mean_for_onnx(small):
+@pytest.mark.parametrize("backend", ["torch", "native"])
+def test_options_mean_what_they_mean_for_onnx(small, backend, request):
+    """threads=1 under a two-thread pool: the native partitions are built with one thread while
+    dynamo traces, which must leave the process's count as it was (the run then sets it)."""
+    if backend == "native" and native_unavailable() is not None:
+        pytest.skip(f"native backend: {native_unavailable()}")
     module, x = small
+    request.addfinalizer(lambda before=torch.get_num_threads(): torch.set_num_threads(before))
+    torch.set_num_threads(2)
     compiled = torch.compile(module, backend="autofusion",
-                             options={"level": 1, "disable": ["ConvBNReluFusionOp"], "backend": "torch",
+                             options={"level": 1, "disable": ["ConvBNReluFusionOp"], "backend": backend,
                                       "threads": 1})
     with torch.no_grad():
         np.testing.assert_allclose(compiled(x).numpy(), module(x).numpy(), rtol=1e-5, atol=1e-6)
     (view,) = autofusion.debug_view(compiled)
     assert view.report.level == 1 and view.report.disabled == ["ConvBNReluFusionOp"]
     assert "ConvBNReluFusionOp" not in [r.name for r in view.report.rules if r.matched]
-    assert view.model.backend == "torch" and view.model.threads == 1
+    assert view.model.backend == backend and view.model.threads == 1
 
 
 def test_unknown_options_are_an_error_naming_the_valid_ones(small):

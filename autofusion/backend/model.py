@@ -101,9 +101,15 @@ class CompiledModel:
         if plan.native is not None:
             return Program(graph, plan, {}, "")
         # oneDNN splits a primitive's work for the thread count current when it is created, and
-        # runs it on that many threads whatever the count later
+        # runs it on that many threads whatever the count later: the partitions are built with
+        # the model's count, and the process's is given back (torch.compile checks it is kept)
+        before = torch.get_num_threads()
         self._use_threads()
-        partitions, source = native.build_partitions(plan, graph.name)
+        try:
+            partitions, source = native.build_partitions(plan, graph.name)
+        finally:
+            if torch.get_num_threads() != before:
+                torch.set_num_threads(before)
         return Program(graph, plan, partitions, source)
 
     def _use_threads(self) -> None:

@@ -96,7 +96,8 @@ def test_a_partition_refuses_inputs_its_plan_did_not_type():
 @pytest.mark.parametrize("threads", [1, 2])
 def test_partitions_are_built_for_the_models_thread_count(monkeypatch, threads):
     """oneDNN fixes a primitive's threads when it creates it: a model compiled with threads=N in
-    a process whose pool has another count builds its partitions with N threads set."""
+    a process whose pool has another count builds its partitions with N threads set, and leaves
+    the process's count as it was."""
     from autofusion.backend import native
     seen = []
     real = native.build_partitions
@@ -105,6 +106,7 @@ def test_partitions_are_built_for_the_models_thread_count(monkeypatch, threads):
     torch.set_num_threads(3 - threads)
     try:
         autofusion.compile(relu_graph(), level=0, backend="native", threads=threads)
+        after = torch.get_num_threads()
     finally:
         torch.set_num_threads(before)
-    assert seen == [threads]
+    assert seen == [threads] and after == 3 - threads
