@@ -31,11 +31,11 @@ enum class Precision { F32, BF16 };
 
 // One elementwise function: oneDNN's eltwise algorithm with its two parameters, used both as a
 // post-op and as a primitive of its own. The Python side maps activations onto these. SiLU is
-// swish with alpha 1. Last in a step, SiLU and GeluTanh run after the primitive, by the runtime
-// itself (gated.h: oneDNN's cost more than twice as much on Zen 4).
+// oneDNN's swish with alpha 1; last in a step, SiLU and GeluTanh run after the primitive, by the
+// runtime itself (gated.h: oneDNN's cost more than twice as much on Zen 4).
 enum class Alg {
-  None, Relu, Clip, Logistic, Tanh, HardSigmoid, HardSwish, Elu, Swish, GeluErf, GeluTanh,
-  Exp, Log, Sqrt, Abs, Linear, SoftRelu, Round, Mish, Square, SiLU,
+  None, Relu, Clip, Logistic, Tanh, HardSigmoid, HardSwish, Elu, SiLU, GeluErf, GeluTanh,
+  Exp, Log, Sqrt, Abs, Linear, SoftRelu, Round, Mish, Square,
 };
 struct Act {
   Alg alg = Alg::None;

@@ -74,8 +74,7 @@ dnnl::algorithm eltwise_alg(Alg a) {
     case Alg::HardSigmoid: return A::eltwise_hardsigmoid;
     case Alg::HardSwish: return A::eltwise_hardswish;
     case Alg::Elu: return A::eltwise_elu;
-    case Alg::Swish:
-    case Alg::SiLU: return A::eltwise_swish;   // SiLU's alpha is 1 (one not last, as a post-op)
+    case Alg::SiLU: return A::eltwise_swish;   // alpha 1 (a SiLU not last, as a post-op)
     case Alg::GeluErf: return A::eltwise_gelu_erf;
     case Alg::GeluTanh: return A::eltwise_gelu_tanh;
     case Alg::Exp: return A::eltwise_exp;
