@@ -528,10 +528,15 @@ def random_dags(draw):
                           helper.make_node(op, [f"{out}v"], [f"{out}u"], name=f"{out}u"),
                           helper.make_node("Reshape", [f"{out}u", f"b{i}"], [out], name=out)]
             values.append((out, a[1], "f"))
-        else:   # an int64 detour and back: never in a region, still correct
-            nodes += [helper.make_node("Cast", [a[0]], [f"{out}i"], name=f"{out}c", to=TensorProto.INT64),
+        else:   # an int64 detour and back: never in a region, still correct. In steps of 2^-20,
+            # so that an ulp of difference a fused region may make before it (a sum in another
+            # order) moves the truncated result by 2^-20, not by a whole unit
+            inits["fine"], inits["coarse"] = np.array(2.0 ** 20, np.float32), np.array(2.0 ** -20, np.float32)
+            nodes += [helper.make_node("Mul", [a[0], "fine"], [f"{out}s"], name=f"{out}s"),
+                      helper.make_node("Cast", [f"{out}s"], [f"{out}i"], name=f"{out}c", to=TensorProto.INT64),
                       helper.make_node("Add", [f"{out}i", f"{out}i"], [f"{out}j"], name=f"{out}a"),
-                      helper.make_node("Cast", [f"{out}j"], [out], name=out, to=TensorProto.FLOAT)]
+                      helper.make_node("Cast", [f"{out}j"], [f"{out}f"], name=f"{out}f", to=TensorProto.FLOAT),
+                      helper.make_node("Mul", [f"{out}f", "coarse"], [out], name=out)]
             values.append((out, a[1], "f"))
     outs = [v[0] for v in values[2:] if not any(v[0] in n.input for n in nodes)] or [values[-1][0]]
     return onnx_model(nodes, {"x": (2, 4, 4), "y": (4,)}, outs, inits, opset=18)
