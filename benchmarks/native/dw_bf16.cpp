@@ -14,6 +14,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "bench.h"
+#include "gated.h"    // the runtime's bf16 loads, stores and conversion
 #include "scalar.h"   // the runtime's: af_silu over libmvec's vector expf
 #include <immintrin.h>
 #include <omp.h>
@@ -30,13 +31,8 @@ using dt = memory::data_type;
 typedef float v16 __attribute__((vector_size(64)));
 typedef float v16u __attribute__((vector_size(64), aligned(4)));
 
-static inline v16 load_bf16(const uint16_t* p) {
-  __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p));
-  return (v16)_mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
-}
-static inline void store_bf16(uint16_t* p, v16 x) {
-  _mm256_storeu_si256((__m256i*)p, (__m256i)_mm512_cvtneps_pbh((__m512)x));
-}
+static inline v16 load_bf16(const uint16_t* p) { return (v16)af::load16(p); }
+static inline void store_bf16(uint16_t* p, v16 x) { af::store16(p, (__m512)x); }
 
 // N outputs of one 16-channel block: bias + the k x k taps, accumulated in registers
 template <int N>
@@ -108,8 +104,6 @@ void dw(const uint16_t* src, const float* w, const float* bias, uint16_t* dst, i
   }
 }
 
-static float bf2f(uint16_t b) { uint32_t u = uint32_t(b) << 16; float f; std::memcpy(&f, &u, 4); return f; }
-
 int main() {
   engine eng(engine::kind::cpu, 0); stream s(eng);
   double tj = 0, tm = 0;
@@ -136,7 +130,7 @@ int main() {
     double m = median_us([&] { dw(sp, wours.data(), bias.data(), mine.data(), sh.size, sh.size, sh.channels, sh.k, sh.stride, pad); }, 50, 10);
     const uint16_t* ref = (const uint16_t*)md.get_data_handle();
     float err = 0, mx = 0;
-    for (size_t i = 0; i < mine.size(); ++i) { err = std::max(err, std::fabs(bf2f(mine[i]) - bf2f(ref[i]))); mx = std::max(mx, std::fabs(bf2f(ref[i]))); }
+    for (size_t i = 0; i < mine.size(); ++i) { err = std::max(err, std::fabs(af::bf16_to_f32(mine[i]) - af::bf16_to_f32(ref[i]))); mx = std::max(mx, std::fabs(af::bf16_to_f32(ref[i]))); }
     printf("c%4d %3d k%d s%d: jit_dw %7.1f us  ours %7.1f us  %.2fx  max err %.2g of %.2g\n", sh.channels, sh.size, sh.k, sh.stride, j, m, j / m, err, mx);
     tj += j; tm += m;
   }

@@ -190,7 +190,10 @@ struct Exec {
   int step = -1;                       // the graph node it belongs to (node() calls counted)
   KernelFn fn = nullptr;               // a generated kernel instead of a primitive
   std::vector<memory> fn_in, fn_out;   // its operands, bound by finalize()
-  Alg gate = Alg::None;                // then this activation over DNNL_ARG_DST, in place
+  Alg gate = Alg::None;                // then this activation over DNNL_ARG_DST, in place:
+  memory gated;                        // that memory, bound by finalize():
+  int64_t gated_values = 0;            // its values, padding included,
+  bool gated_bf16 = false;             // bf16 (else f32)
 };
 
 struct Partition::Impl {
@@ -274,7 +277,7 @@ struct Partition::Impl {
            const Acts& acts = {}) {
     scratch_size = std::max(scratch_size, pd.scratchpad_desc().get_size());
     execs.push_back(Exec{std::move(prim), std::move(args), {}, node, step});
-    if (gate_after(acts) != Alg::None) gate_over_dst(gate_after(acts));
+    if (Alg gate = gate_after(acts); gate != Alg::None) gate_over_dst(gate);
   }
 
   // the gate over the last exec's DNNL_ARG_DST, in place, after its primitive
@@ -436,6 +439,12 @@ struct Partition::Impl {
       if (e.fn)
         for (auto& a : e.args)
           (a.key >= DNNL_ARG_MULTIPLE_DST ? e.fn_out : e.fn_in).push_back(e.bound[a.key]);
+      if (e.gate != Alg::None) {
+        e.gated = e.bound[DNNL_ARG_DST];
+        const memory::desc md = e.gated.get_desc();
+        e.gated_values = int64_t(md.get_size() / memory::data_type_size(md.get_data_type()));
+        e.gated_bf16 = md.get_data_type() == dt::bf16;
+      }
     }
     // a constant no step reads as it is (a weight now lives reordered) needs its copy no more
     std::unordered_set<int> read;
@@ -474,12 +483,11 @@ struct Partition::Impl {
   void execute(Exec& e, std::vector<const float*>& in, std::vector<float*>& out) {
     if (e.gate != Alg::None) {
       if (e.prim) run_primitive(e);
-      const memory& d = e.bound[DNNL_ARG_DST];
-      const memory::desc md = d.get_desc();
-      if (md.get_data_type() == dt::bf16)
-        gate_in_place(e.gate, static_cast<uint16_t*>(d.get_data_handle()), int64_t(md.get_size() / 2));
+      void* data = e.gated.get_data_handle();   // where dst is an output, the caller's (run())
+      if (e.gated_bf16)
+        gate_in_place(e.gate, static_cast<uint16_t*>(data), e.gated_values);
       else
-        gate_in_place(e.gate, static_cast<float*>(d.get_data_handle()), int64_t(md.get_size() / 4));
+        gate_in_place(e.gate, static_cast<float*>(data), e.gated_values);
       return;
     }
     if (e.fn) {
