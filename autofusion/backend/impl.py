@@ -37,7 +37,7 @@ class Impl:
     emit: Any = None            # native: Emitter (see native/emit.py)
     plain_inputs: frozenset[int] | str = field(default_factory=frozenset)   # native: inputs read dense ("all")
     tensor_inputs: tuple[int, ...] | None = None   # the inputs read at run time (None: all)
-    view: bool = False          # native: the output is the input's bytes with another shape
+    view: bool = False          # native: the outputs may be views of the input's bytes
     overwrites: Any = None      # native: node → the input it may write its output over, if any
     reduced: bool = False       # native: computes in bf16 where the plan says (convs, GEMMs)
     estimate: Any = None        # node → seconds, where it is not one call over the node's bytes

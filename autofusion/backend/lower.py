@@ -219,7 +219,7 @@ def plan_values(part: Partition, decisions: dict[Node, Decision], graph: Graph) 
 
     # in place: an eltwise/binary step may write over its first operand when that operand, and
     # every view of its bytes, is read for the last time by this step
-    views = {n.outputs[0]: n.inputs[0] for n in part.nodes if decisions[n].impl.view}
+    views = {v: n.inputs[0] for n in part.nodes if decisions[n].impl.view for v in n.outputs}
     root = {}
     for v in part.values:
         r = v

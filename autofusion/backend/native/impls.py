@@ -324,9 +324,10 @@ def emit_concat(node: Node, p: PartitionSource) -> str:
     return p.call("concat", p.out(node), "{" + ", ".join(str(p.ref(v)) for v in node.inputs) + "}", axis)
 
 
-@native("Transpose", check=lambda node: dense(node))
+@native("Transpose", check=lambda node: dense(node), view=True)
 def emit_transpose(node: Node, p: PartitionSource) -> str:
-    """A oneDNN reorder reading the input through permuted strides."""
+    """The input's bytes through permuted strides: a view that a reader needing dense values
+    copies (a reorder), and that a reshape, a block or a product's operand reads as it is."""
     rank = node.inputs[0].rank
     perm = node.attr("perm") or list(range(rank))[::-1]
     return p.call("transpose", p.out(node), p.ref(node.inputs[0]), dims(perm))
@@ -384,9 +385,10 @@ def check_block(node: Node) -> str | None:
     return None
 
 
-@native("Gather", "Slice", "Split", check=check_block, plain=(0,), tensors=(0,))
+@native("Gather", "Slice", "Split", check=check_block, plain=(0,), tensors=(0,), view=True)
 def emit_block(node: Node, p: PartitionSource) -> str:
-    """A oneDNN reorder of one block of the input (Gather by one index, Slice, each Split part)."""
+    """One block of the input (Gather by one index, Slice, each Split part): a view of its bytes
+    from the block's first value, dense where the block is (a leading-axis slice)."""
     return "\n".join(p.call("slice", p.out(node, j), p.ref(node.inputs[0]), dims(offsets), dims(sizes))
                      for j, (offsets, sizes) in enumerate(_block(node)))
 

@@ -64,6 +64,66 @@ memory::desc retyped(const memory::desc& md, dt type) {
   return plain(dims, type);
 }
 
+// strides without inner blocks: row-major, permuted (a transpose seen in place) or with gaps (a
+// block of a larger array)
+bool strided(const memory::desc& md) {
+  return md.get_format_kind() == memory::format_kind::blocked && md.get_inner_nblks() == 0;
+}
+
+// The strides that show the values of (dims, strides), in row-major order, with the dims `to`,
+// as a view reshape: each run of axes merged or split must be contiguous in memory. False when
+// one is not (the values must be copied first).
+bool view_reshaped(const Dims& dims, const Dims& strides, const Dims& to, Dims& out) {
+  out.assign(to.size(), 0);
+  int j = int(to.size()) - 1;
+  int64_t base = 1, run = 1, seen = 1;   // the innermost stride of this run; values in and out
+  for (int i = int(dims.size()) - 1; i >= 0; --i) {
+    if (dims[i] == 1) continue;
+    if (run == 1) base = strides[i];
+    run *= dims[i];
+    // the run goes on while the next axis out steps over exactly this run's values
+    int k = i - 1;
+    while (k >= 0 && dims[k] == 1) --k;
+    if (k >= 0 && strides[k] == run * base) continue;
+    for (; j >= 0 && (seen < run || to[j] == 1); --j) {
+      out[j] = seen * base;
+      seen *= to[j];
+    }
+    if (seen != run) return false;
+    run = seen = 1;
+  }
+  for (; j >= 0; --j) {
+    if (to[j] != 1) return false;
+    out[j] = seen * base;
+  }
+  return true;
+}
+
+// (src, dst) of a reorder between two strided layouts of one shape, with the axes of size 1
+// dropped and the axes contiguous in both merged: the same copy, which oneDNN's fast kernels
+// take where a 5-D form with unit axes falls to a slow one
+std::pair<memory::desc, memory::desc> simplified(const memory::desc& src, const memory::desc& dst) {
+  if (!strided(src) || !strided(dst) || src.get_dims() != dst.get_dims() ||
+      src.get_submemory_offset() || dst.get_submemory_offset())
+    return {src, dst};
+  Dims dims, s, d;
+  const Dims all = src.get_dims(), ss = src.get_strides(), ds = dst.get_strides();
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (all[i] == 1) continue;
+    if (!dims.empty() && s.back() == ss[i] * all[i] && d.back() == ds[i] * all[i]) {
+      dims.back() *= all[i];
+      s.back() = ss[i];
+      d.back() = ds[i];
+      continue;
+    }
+    dims.push_back(all[i]);
+    s.push_back(ss[i]);
+    d.push_back(ds[i]);
+  }
+  if (dims.empty()) dims = s = d = {1};
+  return {memory::desc(dims, src.get_data_type(), s), memory::desc(dims, dst.get_data_type(), d)};
+}
+
 dnnl::algorithm eltwise_alg(Alg a) {
   using A = dnnl::algorithm;
   switch (a) {
@@ -167,6 +227,9 @@ struct Val {
   Layout layout = Layout::Any;
   int first = -1, last = -1;   // steps; set for internals by the plan, widened for temporaries
   int alias = -1;              // a view of this value's bytes
+  size_t view_bytes = 0;       // a view's bytes start this far into its alias's
+  bool spread = false;         // a view through strides (a transpose, a block): not dense
+  std::vector<int> copies;     // temporaries holding its values in other layouts (ensure())
   bool has_md = false;
   memory::desc md;
   memory owned;                // constants: the data copied in, plain
@@ -206,7 +269,8 @@ struct Partition::Impl {
   int next_temp = 1 << 30;
   std::string node = "<start>";
   dt compute = dt::f32;   // the current step's precision (node())
-  std::vector<std::vector<memory>> input_mems, output_mems;   // per slot: every view of it
+  // per slot: every memory over the caller's buffer, with its offset into it
+  std::vector<std::vector<std::pair<memory, size_t>>> input_mems, output_mems;
   std::vector<char, std::allocator<char>> arena_storage;
   char* arena = nullptr;
   size_t arena_size = 0;
@@ -307,8 +371,9 @@ struct Partition::Impl {
   }
 
   void reorder(int src, const memory::desc& src_md, int dst, const memory::desc& dst_md) {
-    dnnl::reorder::primitive_desc pd(eng, src_md, eng, dst_md, reorder_attr());
-    add(pd, dnnl::reorder(pd), {view(DNNL_ARG_FROM, src, src_md), view(DNNL_ARG_TO, dst, dst_md)});
+    auto [from, to] = simplified(src_md, dst_md);
+    dnnl::reorder::primitive_desc pd(eng, from, eng, to, reorder_attr());
+    add(pd, dnnl::reorder(pd), {view(DNNL_ARG_FROM, src, from), view(DNNL_ARG_TO, dst, to)});
   }
 
   static dnnl::primitive_attr reorder_attr() {
@@ -318,11 +383,35 @@ struct Partition::Impl {
   }
 
   // the id of a value holding `src` in layout `md`: src itself, or a temporary a reorder fills
+  // (once: a later step asking for the same layout reads the same temporary)
   int ensure(int src, const memory::desc& md) {
     if (md_of(src) == md) return src;
+    for (int c : val(src).copies)
+      if (val(c).md == md) {
+        val(c).last = step;
+        return c;
+      }
     int t = temp(md);
     reorder(src, md_of(src), t, md);
+    val(src).copies.push_back(t);
     return t;
+  }
+
+  // src as a step that reads its operands' layouts as they are sees it: a view through strides
+  // copied dense (row-major) first, the others themselves
+  int dense(int src) {
+    return val(src).spread ? ensure(src, plain(val(src).shape, md_of(src).get_data_type())) : src;
+  }
+
+  // dst as a view of src's values at `bytes` into them, seen through `md`; a view in row-major
+  // order is dense, any other is spread
+  void view_of(int dst, int src, const memory::desc& md, size_t bytes = 0) {
+    Val& d = val(dst);
+    d.alias = src;
+    d.view_bytes = bytes;
+    d.md = md;
+    d.has_md = true;
+    d.spread = md != plain(d.shape, md.get_data_type());
   }
 
   // where a primitive that writes layout `md` should write dst; finish() completes it
@@ -425,14 +514,17 @@ struct Partition::Impl {
           e.bound[a.key] = a.mem;
           continue;
         }
-        int r = root(a.value);
+        int r = a.value;
+        size_t at = 0;   // bytes into the root
+        for (; vals[r].alias >= 0; r = vals[r].alias) at += vals[r].view_bytes;
         Val& rv = vals[r];
         const memory::desc& md = a.has_md ? a.md : vals[a.value].md;
-        void* ptr = rv.kind == Kind::Internal ? arena + rv.offset : nullptr;
-        if (rv.kind == Kind::Constant) ptr = rv.owned.get_data_handle();
-        memory m(md, eng, ptr);
-        if (rv.kind == Kind::Input) input_mems[rv.slot].push_back(m);
-        if (rv.kind == Kind::Output) output_mems[rv.slot].push_back(m);
+        char* base = rv.kind == Kind::Internal ? arena + rv.offset
+                     : rv.kind == Kind::Constant ? static_cast<char*>(rv.owned.get_data_handle())
+                                                 : nullptr;
+        memory m(md, eng, base ? base + at : nullptr);
+        if (rv.kind == Kind::Input) input_mems[rv.slot].emplace_back(m, at);
+        if (rv.kind == Kind::Output) output_mems[rv.slot].emplace_back(m, at);
         e.bound[a.key] = m;
       }
       if (scratch_size) e.bound[DNNL_ARG_SCRATCHPAD] = scratch;
@@ -457,9 +549,9 @@ struct Partition::Impl {
 
   void run(void* const* inputs, void* const* outputs) {
     for (size_t s = 0; s < input_mems.size(); ++s)
-      for (auto& m : input_mems[s]) m.set_data_handle(inputs[s]);
+      for (auto& [m, at] : input_mems[s]) m.set_data_handle(static_cast<char*>(inputs[s]) + at);
     for (size_t s = 0; s < output_mems.size(); ++s)
-      for (auto& m : output_mems[s]) m.set_data_handle(outputs[s]);
+      for (auto& [m, at] : output_mems[s]) m.set_data_handle(static_cast<char*>(outputs[s]) + at);
     std::vector<const float*> in;
     std::vector<float*> out;
     for (auto& e : execs) {
@@ -560,7 +652,10 @@ void Partition::conv(int dst, int src, int w, int b, int residual, const Dims& s
   }
   memory::desc bias_md = b >= 0 ? plain(m.val(b).shape) : memory::desc();
   std::vector<memory::desc> adds;
-  if (residual >= 0) adds.push_back(m.md_of(residual));
+  if (residual >= 0) {
+    residual = m.dense(residual);
+    adds.push_back(m.md_of(residual));
+  }
   dnnl::convolution_forward::primitive_desc pd(
       m.eng, dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
       any(m.val(src).shape, m.compute), any(wdims, m.compute), bias_md,
@@ -588,6 +683,7 @@ void Partition::pool(int dst, int src, Pool kind, const Dims& kernel, const Dims
   dnnl::algorithm alg = kind == Pool::Max             ? dnnl::algorithm::pooling_max
                         : kind == Pool::AvgIncludePad ? dnnl::algorithm::pooling_avg_include_padding
                                                       : dnnl::algorithm::pooling_avg_exclude_padding;
+  src = m.dense(src);
   dnnl::pooling_forward::primitive_desc pd(
       m.eng, dnnl::prop_kind::forward_inference, alg, m.md_of(src),
       any(m.val(dst).shape, m.md_of(src).get_data_type()), strides, kernel, onednn_dilations(dilations), pad_begin, pad_end, m.attr({}));
@@ -599,6 +695,7 @@ void Partition::pool(int dst, int src, Pool kind, const Dims& kernel, const Dims
 void Partition::eltwise(int dst, int src, const Acts& acts, bool in_place) {
   Impl& m = *impl_;
   if (acts.empty()) m.fail("an eltwise step needs an activation");
+  src = m.dense(src);
   const memory::desc md = m.md_of(src);
   int y = m.write_over(dst, src, in_place);
   if (acts.size() == 1 && gate_after(acts) != Alg::None) {
@@ -623,6 +720,8 @@ void Partition::eltwise(int dst, int src, const Acts& acts, bool in_place) {
 
 void Partition::binary(int dst, int a, int b, Bin op, const Acts& acts, bool in_place) {
   Impl& m = *impl_;
+  a = m.dense(a);
+  b = m.dense(b);
   const memory::desc md = m.md_of(a);
   int y = m.write_over(dst, a, in_place);
   const memory::desc& given = m.md_of(b);
@@ -646,6 +745,7 @@ void Partition::binary(int dst, int a, int b, Bin op, const Acts& acts, bool in_
 void Partition::batch_norm(int dst, int src, int scale, int bias, int mean, int var,
                            float epsilon, const Acts& acts) {
   Impl& m = *impl_;
+  src = m.dense(src);
   const memory::desc md = m.md_of(src);
   auto flags = dnnl::normalization_flags::use_global_stats | dnnl::normalization_flags::use_scale |
                dnnl::normalization_flags::use_shift;
@@ -729,6 +829,7 @@ void Partition::concat(int dst, const std::vector<int>& srcs, int axis) {
   std::vector<int> ins;
   std::vector<memory::desc> mds;
   for (int s : srcs) {
+    s = m.dense(s);
     ins.push_back(m.ensure(s, retyped(m.md_of(s), type)));
     mds.push_back(m.md_of(ins.back()));
   }
@@ -744,6 +845,7 @@ void Partition::concat(int dst, const std::vector<int>& srcs, int axis) {
 
 void Partition::softmax(int dst, int src, int axis, bool log) {
   Impl& m = *impl_;
+  src = m.dense(src);
   const memory::desc md = m.md_of(src);
   dnnl::softmax_forward::primitive_desc pd(
       m.eng, dnnl::prop_kind::forward_inference,
@@ -789,8 +891,11 @@ void Partition::transpose(int dst, int src, const std::vector<int>& perm) {
   // output axis i is input axis perm[i]: oneDNN's permute_axes wants where each input axis goes
   std::vector<int> where(perm.size());
   for (size_t i = 0; i < perm.size(); ++i) where[perm[i]] = int(i);
-  int x = m.ensure(src, plain(m.val(src).shape));
-  memory::desc seen = plain(m.val(src).shape).permute_axes(where);
+  int x = strided(m.md_of(src)) ? src : m.ensure(src, plain(m.val(src).shape));
+  // x's bytes through permuted strides: a reader that needs them dense copies them (dense()),
+  // one that reads strides (a reorder, another view) does not
+  const memory::desc seen = m.md_of(x).permute_axes(where);
+  if (m.val(dst).kind != Kind::Output) return m.view_of(dst, x, seen);
   int y = m.produce(dst, plain(m.val(dst).shape));
   m.reorder(x, seen, y, plain(m.val(dst).shape));
   m.finish(dst, y);
@@ -798,26 +903,44 @@ void Partition::transpose(int dst, int src, const std::vector<int>& perm) {
 
 void Partition::slice(int dst, int src, const Dims& offsets, const Dims& sizes) {
   Impl& m = *impl_;
-  int x = m.ensure(src, plain(m.val(src).shape));
-  memory::desc block = plain(m.val(src).shape).submemory_desc(sizes, offsets);
-  int y = m.produce(dst, plain(m.val(dst).shape));
-  m.reorder(x, block, y, plain(sizes));
-  m.finish(dst, y);
+  int x = strided(m.md_of(src)) ? src : m.ensure(src, plain(m.val(src).shape));
+  const memory::desc& md = m.md_of(x);
+  if (m.val(dst).kind == Kind::Output) {
+    int y = m.produce(dst, plain(m.val(dst).shape));
+    m.reorder(x, md.submemory_desc(sizes, offsets), y, plain(sizes));
+    return m.finish(dst, y);
+  }
+  // x's bytes from the block's first value on, through x's strides
+  const Dims strides = md.get_strides();
+  int64_t first = 0;
+  for (size_t i = 0; i < offsets.size(); ++i) first += offsets[i] * strides[i];
+  Dims seen;
+  if (!view_reshaped(sizes, strides, m.val(dst).shape, seen))
+    m.fail("a block whose shape is not its output's with unit axes dropped");
+  m.view_of(dst, x, memory::desc(m.val(dst).shape, md.get_data_type(), seen),
+            size_t(first) * memory::data_type_size(md.get_data_type()));
 }
 
 void Partition::reshape(int dst, int src) {
   Impl& m = *impl_;
+  const memory::desc& md = m.md_of(src);
+  if (!strided(md)) m.fail("a reshape of a blocked layout");
+  // src's values in row-major order with dst's shape: a view where src's strides allow it,
+  // else a view of a dense copy
+  Dims seen;
+  if (!view_reshaped(m.val(src).shape, md.get_strides(), m.val(dst).shape, seen)) {
+    src = m.ensure(src, plain(m.val(src).shape, md.get_data_type()));
+    seen = plain(m.val(dst).shape).get_strides();
+  }
+  const memory::desc viewed(m.val(dst).shape, m.md_of(src).get_data_type(), seen);
   Val& d = m.val(dst);
-  if (m.md_of(src) != plain(m.val(src).shape)) m.fail("a reshape needs a plain input");
-  if (d.kind == Kind::Output) {   // the caller's buffer: copy the bytes
-    m.reorder(src, plain(d.shape), dst, plain(d.shape));
+  if (d.kind == Kind::Output) {   // the caller's buffer: copy the values
     d.md = plain(d.shape);
     d.has_md = true;
+    m.reorder(src, viewed, dst, d.md);
     return;
   }
-  d.alias = src;
-  d.md = plain(d.shape);
-  d.has_md = true;
+  m.view_of(dst, src, viewed);
 }
 
 void Partition::attention(int dst, int q, int k, int v, int mask, float scale) {
