@@ -14,6 +14,8 @@ flags and oneDNN) and runs it with the given threads:
     activation_cost   oneDNN's depthwise and 1x1 convolutions with swish as a post-op, and
                       matrix products with GELU, against without it and without it followed by
                       the runtime's own (runtime/gated.h): what oneDNN's SiLU and GELU cost
+    softmax_cost      oneDNN's softmax over attention scores (ViT-B, BERT-Base) against the
+                      runtime's own row loop (runtime/softmax.h)
 
     python -m benchmarks.conv_floor --threads 2
     python -m benchmarks.conv_floor --program gate_cost

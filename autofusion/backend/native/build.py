@@ -106,7 +106,8 @@ def link_name(lib: Path) -> str:
 
 def runtime_library(tc: Toolchain) -> Path:
     """The runtime library, built on first use."""
-    sources = [(RUNTIME_DIR / n).read_text() for n in ("native.h", "gated.h", "runtime.cpp")]
+    # every header of the runtime's (scalar.h too: one list to keep is one too many)
+    sources = [p.read_text() for p in sorted(RUNTIME_DIR.glob("*.h"))] + [(RUNTIME_DIR / "runtime.cpp").read_text()]
     out = cache_dir() / f"libafrt-{tc.key(*sources)}.so"
     return _build(tc, out, RUNTIME_DIR / "runtime.cpp", FLAGS,
                   [f"-I{RUNTIME_DIR}", f"-I{tc.include}", f"-L{tc.lib}", link_name(tc.lib),

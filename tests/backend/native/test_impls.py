@@ -361,6 +361,35 @@ def test_softmax(op_type, axis):
     check_native(graph({"x": (2, 5, 7)}, lambda op, x: [(getattr(op, op_type)(x, axis=axis), (2, 5, 7))]))
 
 
+@pytest.mark.parametrize("cols", [1, 7, 16, 197, 4099])
+@pytest.mark.parametrize("op_type", ["Softmax", "LogSoftmax"])
+def test_runtime_softmax_over_rows(op_type, cols):
+    """The runtime's own row loop (softmax.h): rows shorter than a vector, with a tail, one long
+    row, enough values to split across threads; rows holding NaN, ±inf, -inf alone, all -inf
+    or values far below the row's largest, as torch has them."""
+    rows = max(3, (1 << 15) // cols + 1)
+    x = RNG.standard_normal((rows, cols)).astype(np.float32) * 10
+    edges = [[np.nan], [np.inf], [-np.inf], [-np.inf] * cols, [-200.0], [-87.5], [3e38]]
+    for r, edge in enumerate(edges):
+        x[r, :len(edge)] = edge[:cols]
+    check_native(graph({"x": (rows, cols)}, lambda op, x: [(getattr(op, op_type)(x, axis=-1), (rows, cols))]),
+                 {"x": x})
+
+
+def test_softmax_of_a_bf16_product_is_within_bf16_rounding():
+    rng = np.random.default_rng(0)
+    a, w = rng.standard_normal((6, 40)).astype(np.float32), rng.standard_normal((40, 50)).astype(np.float32)
+    def build(op, x):
+        y = op.MatMul(x, op.constant(w, "w"))
+        y.shape, y.dtype = (6, 50), DType.FLOAT
+        return [(op.Softmax(y, axis=-1), (6, 50))]
+    g = graph({"x": (6, 40)}, build)
+    got = autofusion.compile(g, level=2, backend="native", precision="bf16").run({"x": a})
+    want = autofusion.compile(g, level=0, backend="torch").run({"x": a})
+    (name,) = want
+    assert np.abs(got[name] - want[name]).max() <= 2e-2 * np.abs(want[name]).max()
+
+
 def test_softmax_before_opset_13_refuses_an_inner_axis():
     g = graph({"x": (2, 5, 7)}, lambda op, x: [(op.Softmax(x, axis=1), (2, 5, 7))])
     g.opset[""] = 11

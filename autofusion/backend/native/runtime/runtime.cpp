@@ -13,6 +13,7 @@
 // (gated.h).
 #include "native.h"
 #include "gated.h"
+#include "softmax.h"
 
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -21,6 +22,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -167,7 +169,7 @@ dnnl::algorithm binary_alg(Bin b) {
 // a last SiLU or tanh-GELU the runtime computes itself, after the primitive (gated.h); the
 // rest are oneDNN post-ops
 Alg gate_after(const Acts& acts) {
-  if (acts.empty() || !GATES_VECTORISED) return Alg::None;
+  if (acts.empty() || !VECTORISED) return Alg::None;
   Alg last = acts.back().alg;
   return last == Alg::SiLU || last == Alg::GeluTanh ? last : Alg::None;
 }
@@ -253,6 +255,7 @@ struct Exec {
   int step = -1;                       // the graph node it belongs to (node() calls counted)
   KernelFn fn = nullptr;               // a generated kernel instead of a primitive
   std::vector<memory> fn_in, fn_out;   // its operands, bound by finalize()
+  std::function<void(Exec&)> own;      // the runtime's own loop instead (softmax.h), over bound
   Alg gate = Alg::None;                // then this activation over DNNL_ARG_DST, in place:
   memory gated;                        // that memory, bound by finalize():
   int64_t gated_values = 0;            // its values, padding included,
@@ -446,6 +449,39 @@ struct Partition::Impl {
     return dst;
   }
 
+  // softmax (or log-softmax) of src into dst along axis: the runtime's own loop over rows where
+  // both are dense row-major and the axis is the last (softmax.h), else oneDNN's primitive
+  void softmax(int src, const memory::desc& src_md, int dst, const memory::desc& dst_md, int axis,
+               bool log) {
+    auto row_major = [](const memory::desc& md) {
+      dt t = md.get_data_type();
+      return (t == dt::f32 || t == dt::bf16) && md == plain(md.get_dims(), t);
+    };
+    const Dims dims = src_md.get_dims();
+    if (VECTORISED && axis == int(dims.size()) - 1 && row_major(src_md) && row_major(dst_md)) {
+      const int64_t cols = dims.back();
+      const int64_t rows = std::accumulate(dims.begin(), dims.end() - 1, int64_t(1), std::multiplies<>());
+      const bool from_bf16 = src_md.get_data_type() == dt::bf16, to_bf16 = dst_md.get_data_type() == dt::bf16;
+      Exec own{dnnl::primitive(), {use(DNNL_ARG_SRC, src), view(DNNL_ARG_DST, dst, dst_md)}, {}, node, step};
+      own.own = [=](Exec& e) {
+        const void* x = e.bound[DNNL_ARG_SRC].get_data_handle();
+        void* y = e.bound[DNNL_ARG_DST].get_data_handle();
+        using B = uint16_t;
+        if (!from_bf16 && !to_bf16) softmax_rows(static_cast<const float*>(x), static_cast<float*>(y), rows, cols, log);
+        if (!from_bf16 && to_bf16) softmax_rows(static_cast<const float*>(x), static_cast<B*>(y), rows, cols, log);
+        if (from_bf16 && !to_bf16) softmax_rows(static_cast<const B*>(x), static_cast<float*>(y), rows, cols, log);
+        if (from_bf16 && to_bf16) softmax_rows(static_cast<const B*>(x), static_cast<B*>(y), rows, cols, log);
+      };
+      execs.push_back(std::move(own));
+      return;
+    }
+    dnnl::softmax_forward::primitive_desc pd(
+        eng, dnnl::prop_kind::forward_inference,
+        log ? dnnl::algorithm::softmax_log : dnnl::algorithm::softmax_accurate, src_md, dst_md, axis,
+        attr({}));
+    add(pd, dnnl::softmax_forward(pd), {view(DNNL_ARG_SRC, src, src_md), view(DNNL_ARG_DST, dst, dst_md)});
+  }
+
   void finish(int dst, int written) {
     if (written != dst) reorder(written, md_of(written), dst, md_of(dst));
   }
@@ -582,6 +618,7 @@ struct Partition::Impl {
         gate_in_place(e.gate, static_cast<float*>(data), e.gated_values);
       return;
     }
+    if (e.own) return e.own(e);
     if (e.fn) {
       in.clear();
       out.clear();
@@ -847,12 +884,8 @@ void Partition::softmax(int dst, int src, int axis, bool log) {
   Impl& m = *impl_;
   src = m.dense(src);
   const memory::desc md = m.md_of(src);
-  dnnl::softmax_forward::primitive_desc pd(
-      m.eng, dnnl::prop_kind::forward_inference,
-      log ? dnnl::algorithm::softmax_log : dnnl::algorithm::softmax_accurate, md, md, axis,
-      m.attr({}));
   int y = m.produce(dst, md);
-  m.add(pd, dnnl::softmax_forward(pd), {Impl::use(DNNL_ARG_SRC, src), Impl::use(DNNL_ARG_DST, y)});
+  m.softmax(src, md, y, md, axis, log);
   m.finish(dst, y);
 }
 
@@ -973,10 +1006,7 @@ void Partition::attention(int dst, int q, int k, int v, int mask, float scale) {
   if (mv >= 0) args.push_back(Impl::use(DNNL_ARG_ATTR_MULTIPLE_POST_OP(1) | DNNL_ARG_SRC_1, mv));
   m.add(qk, dnnl::matmul(qk), std::move(args));
   int p = m.temp(plain(scores, c));
-  dnnl::softmax_forward::primitive_desc sm(m.eng, dnnl::prop_kind::forward_inference,
-                                           dnnl::algorithm::softmax_accurate, plain(scores),
-                                           plain(scores, c), int(scores.size()) - 1, m.attr({}));
-  m.add(sm, dnnl::softmax_forward(sm), {Impl::use(DNNL_ARG_SRC, s), Impl::use(DNNL_ARG_DST, p)});
+  m.softmax(s, plain(scores), p, plain(scores, c), int(scores.size()) - 1, false);
   memory::desc out = plain(m.val(dst).shape);
   dnnl::matmul::primitive_desc pv(m.eng, plain(scores, c), plain(m.val(v).shape, c), out,
                                   m.attr({}));

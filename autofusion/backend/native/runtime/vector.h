@@ -1,0 +1,93 @@
+// What the runtime's own loops share (gated.h, softmax.h): f32 and bf16 (as uint16_t) loads
+// and stores, one value or 16 at a time, and e^x for 16 floats.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <initializer_list>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+namespace af {
+
+// without AVX-512 only scalar loops are here, slower than oneDNN's: the runtime leaves the
+// work to oneDNN
+#if defined(__AVX512F__)
+constexpr bool VECTORISED = true;
+#else
+constexpr bool VECTORISED = false;
+#endif
+
+// below this many values one thread does it all: a parallel region costs more than it saves
+constexpr int64_t PARALLEL_FROM = 1 << 15;
+
+inline float bf16_to_f32(uint16_t h) {
+  uint32_t bits = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+inline uint16_t f32_to_bf16(float f) {   // round to nearest even, as oneDNN does
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  if (std::isnan(f)) return uint16_t((bits >> 16) | 0x40);
+  return uint16_t((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
+}
+
+inline float load1(const float* p) { return *p; }
+inline void store1(float* p, float x) { *p = x; }
+inline float load1(const uint16_t* p) { return bf16_to_f32(*p); }
+inline void store1(uint16_t* p, float x) { *p = f32_to_bf16(x); }
+
+#if defined(__AVX512F__)
+inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+inline void store16(float* p, __m512 x) { _mm512_storeu_ps(p, x); }
+
+inline __m512 load16(const uint16_t* p) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+inline void store16(uint16_t* p, __m512 x) {
+#if defined(__AVX512BF16__)
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), (__m256i)_mm512_cvtneps_pbh(x));
+#else
+  alignas(64) float f[16];
+  _mm512_store_ps(f, x);
+  for (int i = 0; i < 16; ++i) p[i] = f32_to_bf16(f[i]);
+#endif
+}
+
+// the first n < 16 values (the rest of a row), the other lanes 0; and their store
+inline __mmask16 first(int64_t n) { return __mmask16((1u << n) - 1); }
+inline __m512 load16(const float* p, __mmask16 k) { return _mm512_maskz_loadu_ps(k, p); }
+inline void store16(float* p, __m512 x, __mmask16 k) { _mm512_mask_storeu_ps(p, k, x); }
+inline __m512 load16(const uint16_t* p, __mmask16 k) {
+  const __m256i h = _mm256_maskz_loadu_epi16(k, p);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+inline void store16(uint16_t* p, __m512 x, __mmask16 k) {
+  alignas(64) uint16_t h[16];
+  store16(h, x);
+  _mm256_mask_storeu_epi16(p, k, _mm256_load_si256(reinterpret_cast<const __m256i*>(h)));
+}
+
+// e^x for x in [-87, 87] (the caller clamps): 2^n · e^r with n = round(x·log2 e) and
+// r = x - n·ln 2 (|r| <= ln 2 / 2, ln 2 in two parts), e^r by Taylor to r^6 (relative error
+// ~2e-7), 2^n by vscalefps
+inline __m512 exp16(__m512 x) {
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145752f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860677e-6f), r);
+  __m512 p = _mm512_set1_ps(1.f / 720);
+  for (float k : {1.f / 120, 1.f / 24, 1.f / 6, 0.5f, 1.f, 1.f}) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(k));
+  return _mm512_scalef_ps(p, n);
+}
+#endif
+
+}  // namespace af
