@@ -48,6 +48,7 @@ class ValuePlan:
     first: int                        # step that writes it, within its partition
     last: int                         # last step that reads it
     in_place_of: Value | None = None  # its producer writes over this input's bytes
+    bf16: bool = False                # only products in bf16 read it: a product writes it in bf16
 
 
 @dataclass
@@ -102,7 +103,8 @@ class Plan:
                 for v in n.outputs:
                     vp = part.values.get(v)
                     if vp is not None:
-                        outs.append(f"{v.name} {vp.layout} steps {vp.first}-{vp.last}"
+                        outs.append(f"{v.name} {vp.layout}{' bf16' if vp.bf16 else ''} "
+                                    f"steps {vp.first}-{vp.last}"
                                     + (f" in place of {vp.in_place_of.name}" if vp.in_place_of else ""))
                 d = self.decisions[n]
                 at = f" in {d.precision}" if self.precision != "fp32" and d.impl.reduced else ""
@@ -185,6 +187,33 @@ def split(order: list[Node], decisions: dict[Node, Decision]) -> list[Partition]
     return parts
 
 
+# the operands a step in bf16 reads in bf16 (oneDNN's src and weights); the rest stay fp32
+PRODUCT_OPERANDS = {"Attention": (0, 1, 2)}
+DEFAULT_OPERANDS = (0, 1)
+
+
+def bf16_operands(node: Node) -> tuple[int, ...]:
+    return PRODUCT_OPERANDS.get(node.op_type, DEFAULT_OPERANDS)
+
+
+def _read_by_bf16_products_only(part: Partition, decisions: dict[Node, Decision],
+                                readers: dict[Value, list[tuple[Node, int]]], out_set: set[Value]):
+    """value → whether only products the plan runs in bf16 read it, as operands they convert to
+    bf16 anyway, directly or through views that are not partition outputs: a bf16 product writes
+    such a value dense in bf16 (a conversion and half the bytes saved)."""
+    memo: dict[Value, bool] = {}
+
+    def only(v: Value) -> bool:
+        if v not in memo:
+            memo[v] = v not in out_set and bool(readers.get(v)) and all(
+                (decisions[r].impl.reduced and decisions[r].precision == "bf16"
+                 and i in bf16_operands(r))
+                or (decisions[r].impl.view and all(only(o) for o in r.outputs))
+                for r, i in readers[v])
+        return memo[v]
+    return only
+
+
 def plan_values(part: Partition, decisions: dict[Node, Decision], graph: Graph) -> None:
     """Boundary, layouts, lifetimes and in-place steps of one native partition."""
     step_of = {n: i for i, n in enumerate(part.nodes)}
@@ -208,14 +237,16 @@ def plan_values(part: Partition, decisions: dict[Node, Decision], graph: Graph) 
             v = n.input(i)
             if v is not None and v.producer in step_of:
                 readers.setdefault(v, []).append((n, i))
+    bf16_only = _read_by_bf16_products_only(part, decisions, readers, out_set)
     for n in part.nodes:
         for v in n.outputs:
             reads = readers.get(v)
             if v in out_set or not reads:
                 continue   # the caller's buffer, or never read (the emitter writes a temporary)
             plain = any(decisions[r].impl.reads_plain(i) for r, i in reads)
+            bf16 = decisions[n].precision == "bf16" and decisions[n].impl.reduced and bf16_only(v)
             part.values[v] = ValuePlan("plain" if plain else "any", step_of[n],
-                                       max(step_of[r] for r, _ in reads))
+                                       max(step_of[r] for r, _ in reads), bf16=bf16)
 
     # in place: an eltwise/binary step may write over its first operand when that operand, and
     # every view of its bytes, is read for the last time by this step

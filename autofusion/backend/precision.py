@@ -26,7 +26,7 @@ from ..errors import AutofusionError
 from ..ir import FUSED_DOMAIN, DType, Graph, Node, Value
 from ..ir.fused_ops import decompose
 from .executor import evaluate_node
-from .lower import Plan
+from .lower import Plan, bf16_operands
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 TOLERANCE = 2e-2   # per fused op, relative to its output's largest magnitude
@@ -134,9 +134,6 @@ def propagate(graph: Graph, feeds: dict[str, np.ndarray]) -> dict[Value, np.ndar
 
 # ---- the guard -------------------------------------------------------------------------------
 
-# the operands each reduced op reads in bf16 (oneDNN's src and weights); the rest stay fp32
-PRODUCT_OPERANDS = {"Attention": (0, 1, 2)}
-DEFAULT_OPERANDS = (0, 1)
 
 
 def relative_error(y: np.ndarray, ref: np.ndarray) -> float:
@@ -163,7 +160,7 @@ def unfused(node: Node, arrays: list) -> list[np.ndarray]:
 
 def as_bf16(node: Node, arrays: list, bf16_output: bool) -> list[np.ndarray]:
     """The node's outputs with its product operands (activations and weights) in bf16."""
-    picked = PRODUCT_OPERANDS.get(node.op_type, DEFAULT_OPERANDS)
+    picked = bf16_operands(node)
     g = Graph("guard", dict(node.graph.opset) if node.graph else None)
     ins: list[Value | None] = []
     args: list = []
@@ -214,7 +211,7 @@ def guard(graph: Graph, plan: Plan, values: dict[Value, np.ndarray], tolerance: 
     of the calibration inputs (propagate())."""
     reduced = [n for n in graph.nodes if plan.decisions[n].precision == "bf16"]
     report = GuardReport(tolerance, calibration, {n.name: d.precision for n, d in plan.decisions.items()})
-    stored = {v for part in plan.partitions for v, vp in part.values.items() if vp.layout == "any"}
+    stored = {v for part in plan.partitions for v, vp in part.values.items() if vp.layout == "any" or vp.bf16}
     for n in reduced:
         arrays = [None if v is None else v.const if v.const is not None else values[v]
                   for v in n.inputs]

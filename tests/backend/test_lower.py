@@ -69,6 +69,29 @@ def test_lifetimes_and_in_place_steps():
     assert plans == {"Relu_out0": (0, 1, None), "Tanh_out0": (1, 3, "Relu_out0"), "Mul_out0": (2, 3, None)}
 
 
+def products_graph() -> Graph:
+    """x → MatMul → h → MatMul → y, and h → Transpose → MatMul → z: h read by products alone
+    (one of them through a view); r = MatMul(x) read by a product and an Add."""
+    g = Graph("products", {"": 21})
+    x = g.add_input("x", (4, 8), DType.FLOAT)
+    op = GraphBuilder(g)
+    w = lambda *s: op.constant(np.ones(s, np.float32))   # noqa: E731
+    h = op.MatMul(x, w(8, 8))
+    r = op.MatMul(x, w(8, 8))
+    g.outputs = [op.MatMul(h, w(8, 4)), op.MatMul(op.Transpose(h, perm=[1, 0]), w(4, 2)),
+                 op.Add(op.MatMul(r, w(8, 8)), r)]
+    return g
+
+
+@needs_native
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_a_value_only_bf16_products_read_is_kept_in_bf16(precision):
+    g = products_graph()
+    part = lower(g, "native", precision=precision).partitions[0]
+    bf16 = {v.producer.name: vp.bf16 for v, vp in part.values.items() if v.producer.op_type == "MatMul"}
+    assert bf16 == {"MatMul": precision == "bf16", "MatMul_1": False, "MatMul_4": False}
+
+
 def test_schedule_is_a_topological_order():
     g = side_branch_graph()
     order = schedule(g, {n: "native" if n.op_type != "Softplus" else "torch" for n in g.nodes})

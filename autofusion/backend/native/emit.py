@@ -54,7 +54,7 @@ class PartitionSource:
         for v, vp in part.values.items():
             layout = "Layout::Plain" if vp.layout == "plain" else "Layout::Any"
             self.decls.append(f"  p.value({self._new(v)}, {dims(v.shape)}, {vp.first}, {vp.last}, "
-                              f"{layout});   // {v.name}")
+                              f"{layout}{', true' if vp.bf16 else ''});   // {v.name}")
 
     def _new(self, v: Value | None) -> int:
         k, self.count = self.count, self.count + 1
@@ -91,12 +91,13 @@ class PartitionSource:
         self.decls.append(f"  p.constant({k}, {slot}, {dims(shape)});   // {name}")
         return k
 
-    def temp(self, shape: list[int], plain: bool = False) -> int:
-        """A value that lives within the current step only."""
+    def temp(self, shape: list[int], plain: bool = False, bf16: bool = False) -> int:
+        """A value that lives within the current step only: dense or in the layout its writer
+        picks; `bf16`: only a product in bf16 reads it."""
         k = self._new(None)
         layout = "Layout::Plain" if plain else "Layout::Any"
-        self.decls.append(f"  p.value({k}, {dims(shape)}, {self.step}, {self.step}, {layout});"
-                          f"   // temporary of step {self.step}")
+        self.decls.append(f"  p.value({k}, {dims(shape)}, {self.step}, {self.step}, {layout}"
+                          f"{', true' if bf16 else ''});   // temporary of step {self.step}")
         return k
 
     def define(self, write) -> str:

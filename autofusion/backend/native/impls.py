@@ -569,7 +569,8 @@ def emit_norm_matmul(node: Node, p: PartitionSource) -> str:
     then the linear layer."""
     x = node.inputs[0]
     w, bias = _linear_weights(node)
-    normed = p.temp(list(x.shape), plain=True)
+    # the normed rows only the product reads: in bf16 when it runs in bf16
+    normed = p.temp(list(x.shape), plain=True, bf16=p.plan.decisions[node].precision == "bf16")
     return "\n".join([
         p.call("layer_norm", normed, p.ref(x), -1, -1, p.ref(node.input(3)), x.rank - 1,
                p.float(node.attr("epsilon", 1e-5))),

@@ -228,6 +228,7 @@ struct Val {
   Dims shape;
   Layout layout = Layout::Any;
   int first = -1, last = -1;   // steps; set for internals by the plan, widened for temporaries
+  bool bf16_only = false;      // only products in bf16 read it (value())
   int alias = -1;              // a view of this value's bytes
   size_t view_bytes = 0;       // a view's bytes start this far into its alias's
   bool spread = false;         // a view through strides (a transpose, a block): not dense
@@ -425,11 +426,18 @@ struct Partition::Impl {
                                                                                     : dt::f32;
   }
 
+  // the dense layout a step that writes dense values (a product, a norm) writes dst in: f32, or
+  // bf16 where only products in bf16 read it
+  memory::desc dense_result(int dst) {
+    const Val& v = val(dst);
+    return plain(v.shape, v.bf16_only && compute == dt::bf16 && v.kind == Kind::Internal ? dt::bf16 : dt::f32);
+  }
+
   int produce(int dst, const memory::desc& md) {
     Val& v = val(dst);
     if (v.has_md) fail("value " + std::to_string(dst) + " is written twice");
-    if (v.layout == Layout::Plain && md != plain(v.shape)) {
-      v.md = plain(v.shape);
+    if (v.layout == Layout::Plain && md != dense_result(dst)) {
+      v.md = dense_result(dst);
       v.has_md = true;
       return temp(md);
     }
@@ -663,8 +671,9 @@ void Partition::constant(int id, int slot, const Dims& shape) {
   std::memcpy(v.owned.get_data_handle(), impl_->constants[slot], v.md.get_size());
 }
 
-void Partition::value(int id, const Dims& shape, int first, int last, Layout layout) {
+void Partition::value(int id, const Dims& shape, int first, int last, Layout layout, bool bf16_only) {
   Val v;
+  v.bf16_only = bf16_only;
   v.shape = shape;
   v.first = first;
   v.last = last;
@@ -802,11 +811,12 @@ void Partition::linear(int dst, int a, int w, int bias, const Acts& acts) {
   const Dims& xshape = m.val(a).shape;
   int64_t k = wshape[0], n = wshape[1];
   int64_t rows = std::accumulate(xshape.begin(), xshape.end() - 1, int64_t(1), std::multiplies<>());
-  memory::desc x_md = plain({rows, k}, m.compute), y_md = plain({rows, n});
+  const memory::desc out = m.dense_result(dst);
+  memory::desc x_md = plain({rows, k}, m.compute), y_md = plain({rows, n}, out.get_data_type());
   memory::desc b_md = bias >= 0 ? plain({1, n}) : memory::desc();
   dnnl::matmul::primitive_desc pd(m.eng, x_md, any({k, n}, m.compute), b_md, y_md, m.attr(acts));
   int x = m.ensure(a, plain(xshape, m.compute));
-  int y = m.produce(dst, plain(m.val(dst).shape));
+  int y = m.produce(dst, out);
   std::vector<Arg> args{Impl::view(DNNL_ARG_SRC, x, x_md),
                         Impl::owned(DNNL_ARG_WEIGHTS, m.constant_as(w, pd.weights_desc())),
                         Impl::view(DNNL_ARG_DST, y, y_md)};
@@ -846,7 +856,7 @@ void Partition::matmul(int dst, int a, int b, int c, bool trans_a, bool trans_b,
   for (const auto& act : post_ops_of(acts))
     if (act.alg != Alg::None) po.append_eltwise(eltwise_alg(act.alg), act.alpha, act.beta);
   at.set_post_ops(po);
-  memory::desc y_md = plain(m.val(dst).shape);
+  memory::desc y_md = m.dense_result(dst);
   dnnl::matmul::primitive_desc pd(m.eng, a_md, b_md, y_md, at);
   int y = m.produce(dst, y_md);
   std::vector<Arg> args{Impl::view(DNNL_ARG_SRC, x, a_md), Impl::view(DNNL_ARG_WEIGHTS, wv, b_md),
@@ -909,10 +919,11 @@ void Partition::layer_norm(int dst, int src, int scale, int bias, int residual, 
   auto flags = dnnl::normalization_flags::none;
   if (scale >= 0) flags = flags | dnnl::normalization_flags::use_scale;
   if (bias >= 0) flags = flags | dnnl::normalization_flags::use_shift;
+  const memory::desc out = m.dense_result(dst), out2 = plain({rows, cols}, out.get_data_type());
   dnnl::layer_normalization_forward::primitive_desc pd(
-      m.eng, dnnl::prop_kind::forward_inference, md2, md2, epsilon, flags, m.attr({}));
-  int y = m.produce(dst, plain(m.val(dst).shape));
-  std::vector<Arg> args{Impl::view(DNNL_ARG_SRC, x, md2), Impl::view(DNNL_ARG_DST, y, md2)};
+      m.eng, dnnl::prop_kind::forward_inference, md2, out2, epsilon, flags, m.attr({}));
+  int y = m.produce(dst, out);
+  std::vector<Arg> args{Impl::view(DNNL_ARG_SRC, x, md2), Impl::view(DNNL_ARG_DST, y, out2)};
   if (scale >= 0) args.push_back(Impl::owned(DNNL_ARG_SCALE, m.constant_as(scale, plain({cols}))));
   if (bias >= 0) args.push_back(Impl::owned(DNNL_ARG_SHIFT, m.constant_as(bias, plain({cols}))));
   m.add(pd, dnnl::layer_normalization_forward(pd), std::move(args));
@@ -1007,7 +1018,7 @@ void Partition::attention(int dst, int q, int k, int v, int mask, float scale) {
   m.add(qk, dnnl::matmul(qk), std::move(args));
   int p = m.temp(plain(scores, c));
   m.softmax(s, plain(scores), p, plain(scores, c), int(scores.size()) - 1, false);
-  memory::desc out = plain(m.val(dst).shape);
+  memory::desc out = m.dense_result(dst);
   dnnl::matmul::primitive_desc pv(m.eng, plain(scores, c), plain(m.val(v).shape, c), out,
                                   m.attr({}));
   int y = m.produce(dst, out);
