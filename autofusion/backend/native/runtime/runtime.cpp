@@ -10,7 +10,9 @@
 // buffers and executes the primitives in order; with profiling on it also adds each primitive's
 // time to its step's count (af_profile, af_step_times). A step whose last activation is SiLU
 // or tanh-GELU runs its primitive without it and the activation after, over the result in place
-// (gated.h).
+// (gated.h); a softmax over dense rows is the runtime's own loop (softmax.h). A transpose, a
+// block or a reshape makes no copy: its value is a view of its input's bytes (an alias, a byte
+// offset, strides), copied once by the first reader that needs it dense (ensure(), dense()).
 #include "native.h"
 #include "gated.h"
 #include "softmax.h"
