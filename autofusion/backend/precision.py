@@ -134,8 +134,6 @@ def propagate(graph: Graph, feeds: dict[str, np.ndarray]) -> dict[Value, np.ndar
 
 # ---- the guard -------------------------------------------------------------------------------
 
-
-
 def relative_error(y: np.ndarray, ref: np.ndarray) -> float:
     y, ref = np.asarray(y, np.float64), np.asarray(ref, np.float64)
     if not ref.size:

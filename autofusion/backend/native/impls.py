@@ -326,8 +326,8 @@ def emit_concat(node: Node, p: PartitionSource) -> str:
 
 @native("Transpose", check=lambda node: dense(node), view=True)
 def emit_transpose(node: Node, p: PartitionSource) -> str:
-    """The input's bytes through permuted strides: a view that a reader needing dense values
-    copies (a reorder), and that a reshape, a block or a product's operand reads as it is."""
+    """The input's bytes through permuted strides: a view, copied (one reorder) by the first
+    reader that needs dense values; a reshape or a block of it is a view again."""
     rank = node.inputs[0].rank
     perm = node.attr("perm") or list(range(rank))[::-1]
     return p.call("transpose", p.out(node), p.ref(node.inputs[0]), dims(perm))
