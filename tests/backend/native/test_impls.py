@@ -376,7 +376,7 @@ def test_runtime_softmax_over_rows(op_type, cols):
                  {"x": x})
 
 
-def test_softmax_of_a_bf16_product_is_within_bf16_rounding():
+def test_softmax_after_a_bf16_product_is_within_bf16_rounding():
     rng = np.random.default_rng(0)
     a, w = rng.standard_normal((6, 40)).astype(np.float32), rng.standard_normal((40, 50)).astype(np.float32)
     def build(op, x):

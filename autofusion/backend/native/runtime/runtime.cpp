@@ -460,27 +460,22 @@ struct Partition::Impl {
   }
 
   // softmax (or log-softmax) of src into dst along axis: the runtime's own loop over rows where
-  // both are dense row-major and the axis is the last (softmax.h), else oneDNN's primitive
+  // src is dense row-major f32 (scores: what the steps before a softmax write), dst f32 or bf16
+  // (an attention's weights) and the axis is the last (softmax.h), else oneDNN's primitive
   void softmax(int src, const memory::desc& src_md, int dst, const memory::desc& dst_md, int axis,
                bool log) {
-    auto row_major = [](const memory::desc& md) {
-      dt t = md.get_data_type();
-      return (t == dt::f32 || t == dt::bf16) && md == plain(md.get_dims(), t);
-    };
     const Dims dims = src_md.get_dims();
-    if (VECTORISED && axis == int(dims.size()) - 1 && row_major(src_md) && row_major(dst_md)) {
+    const bool to_bf16 = dst_md == plain(dims, dt::bf16);
+    if (VECTORISED && axis == int(dims.size()) - 1 && src_md == plain(dims) &&
+        (to_bf16 || dst_md == plain(dims))) {
       const int64_t cols = dims.back();
       const int64_t rows = std::accumulate(dims.begin(), dims.end() - 1, int64_t(1), std::multiplies<>());
-      const bool from_bf16 = src_md.get_data_type() == dt::bf16, to_bf16 = dst_md.get_data_type() == dt::bf16;
       Exec own{dnnl::primitive(), {use(DNNL_ARG_SRC, src), view(DNNL_ARG_DST, dst, dst_md)}, {}, node, step};
       own.own = [=](Exec& e) {
-        const void* x = e.bound[DNNL_ARG_SRC].get_data_handle();
+        const float* x = static_cast<const float*>(e.bound[DNNL_ARG_SRC].get_data_handle());
         void* y = e.bound[DNNL_ARG_DST].get_data_handle();
-        using B = uint16_t;
-        if (!from_bf16 && !to_bf16) softmax_rows(static_cast<const float*>(x), static_cast<float*>(y), rows, cols, log);
-        if (!from_bf16 && to_bf16) softmax_rows(static_cast<const float*>(x), static_cast<B*>(y), rows, cols, log);
-        if (from_bf16 && !to_bf16) softmax_rows(static_cast<const B*>(x), static_cast<float*>(y), rows, cols, log);
-        if (from_bf16 && to_bf16) softmax_rows(static_cast<const B*>(x), static_cast<B*>(y), rows, cols, log);
+        if (to_bf16) softmax_rows(x, static_cast<uint16_t*>(y), rows, cols, log);
+        else softmax_rows(x, static_cast<float*>(y), rows, cols, log);
       };
       execs.push_back(std::move(own));
       return;

@@ -1,7 +1,7 @@
 // Softmax and log-softmax over the rows of a dense [rows, cols] array, the runtime's own: on this
 // CPU (Zen 4) oneDNN 3.2's softmax costs twice as much or more (ViT's 2364 rows of 197, one
 // thread: 450 µs in f32 against 180; `python -m benchmarks.conv_floor --program softmax_cost`). Values
-// are f32 or bf16 (uint16_t) in and out, computed in f32. Per row: the largest value m, then
+// are f32 or bf16 (uint16_t) in and out, computed in f32 (the runtime reads f32 and writes either). Per row: the largest value m, then
 // s = Σ e^(x-m), then e^(x-m)/s (the exponentials kept from the second pass in an f32 row) or
 // x - m - log s. As in PyTorch, a row holding a NaN, or whose largest value is ±inf, is NaN
 // throughout; e^(x-m) below e^-87 is 0.
