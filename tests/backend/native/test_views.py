@@ -26,8 +26,8 @@ def shaped(v, shape):
     return v
 
 
-def apply_view(op, v, step, draw):
-    """One random view of v (its shape known): the node and the numpy function it computes."""
+def apply_view(op, v, draw):
+    """One random view of v (its shape known), its output shaped."""
     shape = list(v.shape)
     rank = len(shape)
     kind = draw(st.sampled_from(["transpose", "slice", "gather", "reshape", "unsqueeze", "squeeze"]))
@@ -78,8 +78,8 @@ def view_chains(draw):
 
     def build(op, x):
         v = shaped(op.Mul(x, op.constant(np.array(2.0, np.float32), "two")), shape) if computed else x
-        for step in range(steps):
-            v = apply_view(op, v, step, draw)
+        for _ in range(steps):
+            v = apply_view(op, v, draw)
         out = list(v.shape)
         if reader == "output":
             return [(v, out)]

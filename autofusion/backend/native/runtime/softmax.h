@@ -1,7 +1,7 @@
 // Softmax and log-softmax over the rows of a dense [rows, cols] array, the runtime's own: on this
 // CPU (Zen 4) oneDNN 3.2's softmax costs twice as much or more (ViT's 2364 rows of 197, one
-// thread: 450 µs in f32 against 180; `python -m benchmarks.conv_floor --program softmax_cost`). Values
-// are f32 or bf16 (uint16_t) in and out, computed in f32 (the runtime reads f32 and writes either). Per row: the largest value m, then
+// thread: 450 µs in f32 against 180; `python -m benchmarks.conv_floor --program softmax_cost`). It
+// reads f32 and writes f32 or bf16 (uint16_t: an attention's weights), computing in f32. Per row: the largest value m, then
 // s = Σ e^(x-m), then e^(x-m)/s (the exponentials kept from the second pass in an f32 row) or
 // x - m - log s. As in PyTorch, a row holding a NaN, or whose largest value is ±inf, is NaN
 // throughout; e^(x-m) below e^-87 is 0.
@@ -15,8 +15,8 @@
 namespace af {
 
 #if defined(__AVX512F__)
-template <class In, class Out>
-void softmax_row(const In* x, Out* y, int64_t cols, bool log, std::vector<float>& row) {
+template <class Out>
+void softmax_row(const float* x, Out* y, int64_t cols, bool log, std::vector<float>& row) {
   const int64_t full = cols / 16 * 16;
   const __mmask16 tail = first(cols - full);
   const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
@@ -67,8 +67,8 @@ void softmax_row(const In* x, Out* y, int64_t cols, bool log, std::vector<float>
   if (tail) store16(y + full, _mm512_mul_ps(_mm512_maskz_loadu_ps(tail, row.data() + full), inv), tail);
 }
 
-template <class In, class Out>
-void softmax_rows(const In* x, Out* y, int64_t rows, int64_t cols, bool log) {
+template <class Out>
+void softmax_rows(const float* x, Out* y, int64_t rows, int64_t cols, bool log) {
 #pragma omp parallel if (rows * cols >= PARALLEL_FROM)
   {
     std::vector<float> row;

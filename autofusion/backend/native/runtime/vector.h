@@ -66,10 +66,6 @@ inline void store16(uint16_t* p, __m512 x) {
 inline __mmask16 first(int64_t n) { return __mmask16((1u << n) - 1); }
 inline __m512 load16(const float* p, __mmask16 k) { return _mm512_maskz_loadu_ps(k, p); }
 inline void store16(float* p, __m512 x, __mmask16 k) { _mm512_mask_storeu_ps(p, k, x); }
-inline __m512 load16(const uint16_t* p, __mmask16 k) {
-  const __m256i h = _mm256_maskz_loadu_epi16(k, p);
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
 inline void store16(uint16_t* p, __m512 x, __mmask16 k) {
   alignas(64) uint16_t h[16];
   store16(h, x);
