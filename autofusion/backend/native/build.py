@@ -90,6 +90,16 @@ def _find_onednn() -> tuple[Path, Path, str] | None:
     return None
 
 
+@functools.lru_cache(maxsize=None)
+def vector_lanes() -> int:
+    """How many floats a generated elementwise loop computes at a time (runtime/lanes.h): 16
+    where the CPU has AVX-512 and the compiler is GCC (whose vector extensions lanes.h is
+    written in), else 1 (a scalar loop the compiler vectorises as it can)."""
+    tc = toolchain()
+    gcc = isinstance(tc, Toolchain) and "clang" not in tc.version.lower()
+    return 16 if gcc and " avx512f " in f" {_cpu().split('|')[-1]} " else 1
+
+
 def _cpu() -> str:
     """The CPU's model and flags: -march=native code is only valid on the CPU it was built for."""
     try:
@@ -104,11 +114,14 @@ def link_name(lib: Path) -> str:
     return "-l:" + next(n for n in ("libdnnl.so.3", "libdnnl.so") if (lib / n).exists())
 
 
+def _headers() -> list[str]:
+    """Every header in runtime/, for the cache keys: one list to keep is one too many."""
+    return [p.read_text() for p in sorted(RUNTIME_DIR.glob("*.h"))]
+
+
 def runtime_library(tc: Toolchain) -> Path:
     """The runtime library, built on first use."""
-    # every header of the runtime's (scalar.h too: one list to keep is one too many)
-    sources = [p.read_text() for p in sorted(RUNTIME_DIR.glob("*.h"))] + [(RUNTIME_DIR / "runtime.cpp").read_text()]
-    out = cache_dir() / f"libafrt-{tc.key(*sources)}.so"
+    out = cache_dir() / f"libafrt-{tc.key(*_headers(), (RUNTIME_DIR / 'runtime.cpp').read_text())}.so"
     return _build(tc, out, RUNTIME_DIR / "runtime.cpp", FLAGS,
                   [f"-I{RUNTIME_DIR}", f"-I{tc.include}", f"-L{tc.lib}", link_name(tc.lib),
                    f"-Wl,-rpath,{tc.lib}"])
@@ -117,7 +130,7 @@ def runtime_library(tc: Toolchain) -> Path:
 def model_library(tc: Toolchain, source: str) -> Path:
     """The shared library of one model's generated partitions, built unless cached."""
     runtime = runtime_library(tc)
-    key = tc.key(source, *((RUNTIME_DIR / h).read_text() for h in ("native.h", "scalar.h")), runtime.name)
+    key = tc.key(source, *_headers(), runtime.name)
     src = cache_dir() / f"model-{key}.cpp"
     out = src.with_suffix(".so")
     if not out.exists():
@@ -129,7 +142,7 @@ def model_library(tc: Toolchain, source: str) -> Path:
 def kernel_library(tc: Toolchain, source: str) -> Path:
     """A shared library of generated kernels alone (C entry points, no runtime, no oneDNN), built
     unless cached: a region's kernel called from a torch partition."""
-    key = tc.key(source, (RUNTIME_DIR / "scalar.h").read_text())
+    key = tc.key(source, *_headers())
     src = cache_dir() / f"kernel-{key}.cpp"
     out = src.with_suffix(".so")
     if not out.exists():

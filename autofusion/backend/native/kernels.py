@@ -7,8 +7,12 @@
     collapse  adjacent axes every operand walks contiguously merge into one, and unit axes go,
               so [1,64,112,112] with a [1,64,1,1] scale is two loops: 64 × 12544
     loops     the outer axes in one OpenMP loop where the space is large enough to pay for
-              waking the threads; the innermost axis a `#pragma omp simd` loop of one scalar
-              expression per op (ir/scalar.py), which the compiler vectorises
+              waking the threads; the innermost axis a loop of one scalar expression per op
+              (ir/scalar.py): 16 elements at a time where the CPU has AVX-512 (build.py
+              vector_lanes), the same expressions over runtime/lanes.h's 16-float vectors, the
+              loop's last lanes masked; elsewhere a `#pragma omp simd` loop of floats, which the
+              compiler vectorises. An operand broadcast along the inner axis is one float for
+              all lanes, one transposed onto it is read and written lane by lane
     outputs   an output smaller than S (a value that also leaves the region before a broadcast)
               is stored where the axes it broadcasts along are at 0: each element once; one
               constant along the innermost axis after the vector loop, from its first element
@@ -42,6 +46,7 @@ from ...ir.builder import fused
 from ...ir.fused_ops import typed_body
 from ...ir.region_space import VIEWS, LayoutError, Space, data_inputs
 from ...ir.scalar import ROW_OPS, c_float, expression
+from .build import vector_lanes
 from .emit import PartitionSource
 from .impls import native
 
@@ -130,13 +135,16 @@ class _Body:
         return None if v is None else self.reads.get((k, i)) or self.names[id(v)]
 
 
-def kernel_source(node: Node, fn: str) -> str:
-    """The C++ function `fn(in, out)` computing the region node."""
+def kernel_source(node: Node, fn: str, lanes: int | None = None) -> str:
+    """The C++ function `fn(in, out)` computing the region node; an elementwise one `lanes`
+    elements at a time (lanes.h; default: what this CPU and compiler have, build.py)."""
     b = _Body(node)
-    return _row_source(node, b, fn) if b.space.rows is not None else _loop_nest_source(node, b, fn)
+    if b.space.rows is not None:
+        return _row_source(node, b, fn)
+    return _loop_nest_source(node, b, fn, vector_lanes() if lanes is None else lanes)
 
 
-def _loop_nest_source(node: Node, b: _Body, fn: str) -> str:
+def _loop_nest_source(node: Node, b: _Body, fn: str, lanes: int) -> str:
     body, space = b.body, list(b.sizes)
     ops, outs = b.ins, b.outs
     sizes, strides = collapse(space, [o.strides for o in ops + outs])
@@ -144,31 +152,45 @@ def _loop_nest_source(node: Node, b: _Body, fn: str) -> str:
         o.strides = s
     rank, inner = len(sizes), len(sizes) - 1
     idx = [f"i{d}" for d in range(rank)]
+    vector = lanes > 1 and sizes[inner] >= lanes
 
     def at(o: Operand, index: dict[str, str]) -> str:
         terms = [f"{i} * {s}" if s != 1 else i for i, s in zip(idx, o.strides)
                  if s and index.get(i) != "0"]
         return f"{o.name}[{' + '.join(terms) or '0'}]"
 
+    def lanes_of(o: Operand, index: dict[str, str]) -> str | None:
+        """Where a vector loop's lanes of o start, and their stride unless 1; None where o is
+        one float for all the lanes."""
+        step = o.strides[inner]
+        if not vector or idx[inner] in index or step == 0:
+            return None
+        return f"&{at(o, index)}" + (f", {step}" if step != 1 else "")
+
     def compute(index: dict[str, str]) -> list[str]:
-        lines = [f"const float {o.value} = {at(o, index)};" for o in ops]
+        lines = [f"const vec16 {o.value} = load({lanes_of(o, index)}, live);" if lanes_of(o, index)
+                 else f"const float {o.value} = {at(o, index)};" for o in ops]
+        kind = "auto" if vector and idx[inner] not in index else "float"   # float or vec16
         for k, n in enumerate(body.nodes):
             if n.op in VIEWS:
                 continue
             args = [b.operand(k, i, v) for i, v in enumerate(n.inputs)]
-            lines.append(f"const float t{k} = {expression(n)(n, *args)};   // {n.op_type}")
+            lines.append(f"const {kind} t{k} = {expression(n)(n, *args)};   // {n.op_type}")
         return lines
 
     def store(v, o: Operand, index: dict[str, str]) -> str:
-        line = f"{at(o, index)} = {b.names[id(v)]};"
+        where = lanes_of(o, index)
+        line = f"store({where}, {b.names[id(v)]}, live);" if where else f"{at(o, index)} = {b.names[id(v)]};"
         once = [f"{i} == 0" for i, s, n in zip(idx, o.strides, sizes) if s == 0 and n > 1 and i not in index]
         return f"if ({' && '.join(once)}) {line}" if once else line
 
     _name_values(b)
-    # outputs constant along the inner axis are stored after the vector loop, from its first
-    # element recomputed, so no store in the vector loop is conditional on the inner index
+    # outputs constant along the inner axis are stored after the inner loop, from its first
+    # element recomputed, so no store in the inner loop is conditional on the inner index
     inner_const = [o.strides[inner] == 0 and sizes[inner] > 1 for o in outs]
     body_lines = compute({}) + [store(v, o, {}) for v, o, c in zip(body.outputs, outs, inner_const) if not c]
+    if vector:
+        body_lines.insert(0, f"const __mmask16 live = lanes_from({sizes[inner]} - {idx[inner]});")
     tail_lines = []
     if any(inner_const):
         first = {idx[inner]: "0"}
@@ -177,15 +199,18 @@ def _loop_nest_source(node: Node, b: _Body, fn: str) -> str:
 
     numel = math.prod(sizes)
     lines = _header(node, b, fn)
+    if vector:
+        lines[0] += f", {lanes} elements at a time"
     pad = "  "
     if numel >= PARALLEL_ELEMENTS:
         lines.append(pad + (f"#pragma omp parallel for collapse({inner}) schedule(static)" if inner > 1
-                            else "#pragma omp parallel for schedule(static)" if inner == 1
+                            else "#pragma omp parallel for schedule(static)" if inner == 1 or vector
                             else "#pragma omp parallel for simd schedule(static)"))
     for d in range(rank):
-        if d == inner and not (rank == 1 and numel >= PARALLEL_ELEMENTS):
+        if d == inner and not vector and not (rank == 1 and numel >= PARALLEL_ELEMENTS):
             lines.append(pad + "#pragma omp simd")
-        lines.append(f"{pad}for (int64_t i{d} = 0; i{d} < {sizes[d]}; ++i{d}) {{")
+        step = f"{idx[d]} += {lanes}" if d == inner and vector else f"++{idx[d]}"
+        lines.append(f"{pad}for (int64_t {idx[d]} = 0; {idx[d]} < {sizes[d]}; {step}) {{")
         pad += "  "
     lines += [pad + line for line in body_lines]
     pad = pad[:-2]

@@ -92,7 +92,7 @@ def feeds(rng) -> dict[str, np.ndarray]:
 
 
 @needs_native
-def test_every_scalar_expression_matches_its_torch_kernel():
+def test_every_scalar_expression_matches_its_torch_kernel(lanes):
     graph = every_expression()
     native = autofusion.compile(graph, level=0, backend="native")
     assert "generated" in str(native.plan)
@@ -106,7 +106,7 @@ def test_every_scalar_expression_matches_its_torch_kernel():
 
 
 @needs_native
-def test_nan_and_infinity_propagate_as_onnx_says():
+def test_nan_and_infinity_propagate_as_onnx_says(lanes):
     body = Graph("nan", {"": 21})
     x, y = body.add_input("x", (8,), DType.FLOAT), body.add_input("y", (8,), DType.FLOAT)
     op = GraphBuilder(body)
@@ -242,10 +242,11 @@ def test_a_row_kernel_has_a_pass_per_level_of_reductions():
     assert norm.count("#pragma omp simd") == 2 and "#pragma omp parallel for" in norm   # 128 × 768 rows
 
 
-@pytest.mark.parametrize("make", [silu_scale, gate_and_product, softmax_scale_mask, rms_norm_weight])
-def test_generated_source_matches_the_snapshot(make):
-    source = kernel_source(make().nodes[0], "kernel_0_0")
-    path = SNAPSHOTS / f"region_{make.__name__}.cpp"
+@pytest.mark.parametrize("make, lanes", [(silu_scale, 1), (silu_scale, 16), (gate_and_product, 1),
+                                         (gate_and_product, 16), (softmax_scale_mask, 1), (rms_norm_weight, 1)])
+def test_generated_source_matches_the_snapshot(make, lanes):
+    source = kernel_source(make().nodes[0], "kernel_0_0", lanes)
+    path = SNAPSHOTS / f"region_{make.__name__}{'_16_lanes' if lanes > 1 else ''}.cpp"
     if os.environ.get("AUTOFUSION_UPDATE_SNAPSHOTS"):
         path.write_text(source + "\n")
     assert source + "\n" == path.read_text()
@@ -257,7 +258,7 @@ def test_the_compiler_vectorises_the_inner_loop(tmp_path, make):
     tc = build.toolchain()
     src = tmp_path / "k.cpp"
     text = '#include "native.h"\n#include "scalar.h"\nusing namespace af;\n' + \
-        kernel_source(make().nodes[0], "kernel_0_0").replace("static ", "")
+        kernel_source(make().nodes[0], "kernel_0_0", lanes=1).replace("static ", "")
     src.write_text(text)
     done = subprocess.run([tc.compiler, *build.MODEL_FLAGS, "-c", str(src), "-o", str(tmp_path / "k.o"),
                            f"-I{build.RUNTIME_DIR}", "-fopt-info-vec-optimized"],
@@ -271,6 +272,42 @@ def test_the_compiler_vectorises_the_inner_loop(tmp_path, make):
     vectorized = {max(f for f in loops if f <= int(m.split(":")[1]))
                   for m in done.stderr.splitlines() if "loop vectorized" in m}
     assert simd and simd <= vectorized, done.stderr
+
+
+@needs_native
+def test_the_16_lane_form_is_straight_vector_code(tmp_path):
+    """No call but OpenMP's in the 16-lane kernel: its SiLU is inline AVX-512 code."""
+    if build.vector_lanes() < 16:
+        pytest.skip("16-lane kernels need AVX-512 and GCC")
+    tc = build.toolchain()
+    src = tmp_path / "k.cpp"
+    src.write_text('#include "scalar.h"\nusing namespace af;\n' +
+                   kernel_source(silu_scale().nodes[0], "kernel_0_0", lanes=16).replace("static ", ""))
+    done = subprocess.run([tc.compiler, *build.MODEL_FLAGS, "-S", str(src), "-o", str(tmp_path / "k.s"),
+                           f"-I{build.RUNTIME_DIR}"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    asm = (tmp_path / "k.s").read_text()
+    calls = {line.split()[1] for line in asm.splitlines() if line.strip().startswith("call")}
+    assert calls <= {"GOMP_parallel@PLT", "omp_get_num_threads@PLT", "omp_get_thread_num@PLT"}, calls
+    assert "%zmm" in asm and "vrcp14ps" in asm
+
+
+@needs_native
+def test_strided_reads_and_writes_and_a_masked_tail(lanes):
+    """A transposed input, a broadcast one and a transposed output over [3, 5, 37] (37 = 2·16 + 5
+    along the inner axis): every element once, none past the end."""
+    def build_body(op, x, xt, s):
+        y = op.Add(op.Tanh(x), op.Transpose(xt, perm=[1, 2, 0]))
+        return [op.Mul(y, s), op.Transpose(op.Sigmoid(y), perm=[2, 0, 1])]
+    graph = body_region("strided", {"x": (3, 5, 37), "xt": (37, 3, 5), "s": (1, 5, 1)}, build_body)
+    native = autofusion.compile(graph, level=0, backend="native")
+    rng = np.random.default_rng(1)
+    data = {k: rng.uniform(-4, 4, v.shape).astype(np.float32) for k, v in
+            {v.name: v for v in graph.inputs}.items()}
+    got, want = native.run(data), op_by_op(graph, data)
+    for k in want:
+        assert got[k].shape == want[k].shape
+        np.testing.assert_allclose(got[k], want[k], rtol=2e-6, atol=1e-6, err_msg=k)
 
 
 def test_the_check_refuses_what_it_cannot_run_with_the_reason():

@@ -1,0 +1,17 @@
+// fused_test: 3 op(s) over [1, 8, 6, 6], 16 elements at a time
+static void kernel_0_0(const float* const* in, float* const* out) {
+  const float* in0 = in[0];
+  const float* in1 = in[1];
+  float* out0 = out[0];
+  for (int64_t i0 = 0; i0 < 8; ++i0) {
+    for (int64_t i1 = 0; i1 < 36; i1 += 16) {
+      const __mmask16 live = lanes_from(36 - i1);
+      const vec16 x0 = load(&in0[i0 * 36 + i1], live);
+      const float x1 = in1[i0];
+      const auto t0 = af_silu(x0);   // Activation
+      const auto t1 = (t0 + x1);   // Add
+      const auto t2 = (t1 * 0.5f);   // Mul
+      store(&out0[i0 * 36 + i1], t2, live);
+    }
+  }
+}
