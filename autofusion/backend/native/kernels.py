@@ -168,7 +168,7 @@ def _loop_nest_source(node: Node, b: _Body, fn: str, lanes: int) -> str:
         return f"&{at(o, index)}" + (f", {step}" if step != 1 else "")
 
     def compute(index: dict[str, str]) -> list[str]:
-        lines = [f"const vec16 {o.value} = load({lanes_of(o, index)}, live);" if lanes_of(o, index)
+        lines = [f"const vec16 {o.value} = load16({lanes_of(o, index)}, live);" if lanes_of(o, index)
                  else f"const float {o.value} = {at(o, index)};" for o in ops]
         kind = "auto" if vector and idx[inner] not in index else "float"   # float or vec16
         for k, n in enumerate(body.nodes):
@@ -180,7 +180,7 @@ def _loop_nest_source(node: Node, b: _Body, fn: str, lanes: int) -> str:
 
     def store(v, o: Operand, index: dict[str, str]) -> str:
         where = lanes_of(o, index)
-        line = f"store({where}, {b.names[id(v)]}, live);" if where else f"{at(o, index)} = {b.names[id(v)]};"
+        line = f"store16({where}, {b.names[id(v)]}, live);" if where else f"{at(o, index)} = {b.names[id(v)]};"
         once = [f"{i} == 0" for i, s, n in zip(idx, o.strides, sizes) if s == 0 and n > 1 and i not in index]
         return f"if ({' && '.join(once)}) {line}" if once else line
 

@@ -7,11 +7,11 @@ static void kernel_0_0(const float* const* in, float* const* out) {
   for (int64_t i0 = 0; i0 < 8; ++i0) {
     for (int64_t i1 = 0; i1 < 36; i1 += 16) {
       const __mmask16 live = lanes_from(36 - i1);
-      const vec16 x0 = load(&in0[i0 * 36 + i1], live);
+      const vec16 x0 = load16(&in0[i0 * 36 + i1], live);
       const float x1 = in1[i0];
       const auto t0 = af_sigmoid(x1);   // Sigmoid
       const auto t1 = (x0 * t0);   // Mul
-      store(&out0[i0 * 36 + i1], t1, live);
+      store16(&out0[i0 * 36 + i1], t1, live);
     }
     {
       const float x0 = in0[i0 * 36];

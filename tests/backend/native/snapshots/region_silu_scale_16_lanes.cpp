@@ -6,12 +6,12 @@ static void kernel_0_0(const float* const* in, float* const* out) {
   for (int64_t i0 = 0; i0 < 8; ++i0) {
     for (int64_t i1 = 0; i1 < 36; i1 += 16) {
       const __mmask16 live = lanes_from(36 - i1);
-      const vec16 x0 = load(&in0[i0 * 36 + i1], live);
+      const vec16 x0 = load16(&in0[i0 * 36 + i1], live);
       const float x1 = in1[i0];
       const auto t0 = af_silu(x0);   // Activation
       const auto t1 = (t0 + x1);   // Add
       const auto t2 = (t1 * 0.5f);   // Mul
-      store(&out0[i0 * 36 + i1], t2, live);
+      store16(&out0[i0 * 36 + i1], t2, live);
     }
   }
 }
