@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime as ort
 import pytest
+import torch
 from onnx import TensorProto, helper, numpy_helper
 
 import autofusion
@@ -49,3 +50,19 @@ def test_a_plan_without_onednn_clamps_has_no_guard():
     compiled = autofusion.compile(conv_relu_model(), backend="torch")
     assert compiled.plan.nan_clamping == []
     assert "NaN" not in compiled.report.backend
+
+
+@pytest.mark.skipif(native.unavailable() is not None, reason="the runtime's check")
+def test_the_check_finds_each_non_finite_value_and_only_those():
+    """The native runtime's loop for dense float32 inputs (a vector body and a tail of 5), torch
+    for the others; finite values whose sum would overflow are finite."""
+    program = autofusion.compile(conv_relu_model(), backend="native").program
+    big = torch.full((37,), 3e38)
+    assert program.all_finite([big, torch.zeros(0), torch.arange(3)])
+    for value in (np.nan, np.inf, -np.inf):
+        for at in (0, 15, 16, 36):
+            x = big.clone()
+            x[at] = value
+            assert not program.all_finite([x]), (value, at)
+            assert not program.all_finite([x.double()]) and not program.all_finite([x[::2 if at % 2 == 0 else 1]])
+    assert program.all_finite([big[::2].double() * 0])

@@ -34,6 +34,7 @@ class NativeLibrary:
         lib.af_profile.restype, lib.af_profile.argtypes = None, [_c, ctypes.c_int]
         lib.af_step_times.restype = ctypes.c_int
         lib.af_step_times.argtypes = [_c, ctypes.POINTER(ctypes.c_double), ctypes.c_int]
+        lib.af_all_finite.restype, lib.af_all_finite.argtypes = ctypes.c_int, [_c, ctypes.c_int64]
         self.path = path
 
     @classmethod
@@ -42,6 +43,10 @@ class NativeLibrary:
 
     def error(self) -> str:
         return self.lib.af_error().decode(errors="replace")
+
+    def all_finite(self, t: torch.Tensor) -> bool:
+        """Whether a dense float32 tensor holds no NaN or infinity (the runtime's loop)."""
+        return bool(self.lib.af_all_finite(t.data_ptr(), t.numel()))
 
 
 class NativePartition:

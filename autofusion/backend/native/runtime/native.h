@@ -121,6 +121,8 @@ size_t af_arena_bytes(Partition* p);
 void af_profile(Partition* p, int on);
 // copies up to n step counts (ns since profiling was turned on) to out; returns the step count
 int af_step_times(Partition* p, double* out, int n);
+// 1 where none of the n floats is NaN or ±inf (the check for plans that clamp NaN, model.py)
+int af_all_finite(const float* p, int64_t n);
 }
 
 }  // namespace af

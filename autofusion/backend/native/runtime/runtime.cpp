@@ -1093,6 +1093,14 @@ int af_step_times(Partition* p, double* out, int n) {
   std::copy_n(ns.begin(), std::min<size_t>(n, ns.size()), out);
   return int(ns.size());
 }
+
+// x·0 is 0 for a finite x and NaN for NaN and ±inf: one vectorised pass, no branch
+int af_all_finite(const float* p, int64_t n) {
+  float zero = 0.f;
+#pragma omp simd reduction(+ : zero)
+  for (int64_t i = 0; i < n; ++i) zero += p[i] * 0.f;
+  return zero == 0.f;
+}
 }
 
 }  // namespace af
