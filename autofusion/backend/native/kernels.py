@@ -138,10 +138,13 @@ class _Body:
 def kernel_source(node: Node, fn: str, lanes: int | None = None) -> str:
     """The C++ function `fn(in, out)` computing the region node; an elementwise one `lanes`
     elements at a time (lanes.h; default: what this CPU and compiler have, build.py)."""
+    lanes = vector_lanes() if lanes is None else lanes
+    if lanes not in (1, 16):
+        raise ValueError(f"lanes={lanes}: a generated loop is 1 or 16 floats wide (lanes.h)")
     b = _Body(node)
     if b.space.rows is not None:
         return _row_source(node, b, fn)
-    return _loop_nest_source(node, b, fn, vector_lanes() if lanes is None else lanes)
+    return _loop_nest_source(node, b, fn, lanes)
 
 
 def _loop_nest_source(node: Node, b: _Body, fn: str, lanes: int) -> str:
