@@ -10,8 +10,8 @@
 // version.
 #pragma once
 
+// (kernels.py writes 16-lane loops only where build.py vector_lanes says the same as this test)
 #if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)
-#define AF_LANES 16
 #include <cmath>
 #include <cstdint>
 
@@ -21,7 +21,7 @@ namespace af {
 
 typedef __m512 vec16;
 
-// the loop's lanes from element i of n: all 16 but at the end
+// the lanes of a loop with `left` elements to go: all 16 but at the end
 inline __mmask16 lanes_from(int64_t left) { return left >= 16 ? __mmask16(0xffff) : first(left); }
 
 // with vector.h's masked load16 and store16: lanes every stride-th float apart, and a value that
