@@ -32,7 +32,7 @@ def dump_kernels(graph: Graph, directory: str | os.PathLike) -> list[Path]:
         export_onnx(body, stem.with_suffix(".onnx"))
         why = refusal(node)
         source = (f"// {node.name}: not generated here: {why}\n" if why else
-                  f'// {node.name}, from the nodes {", ".join(node.origin)}\n#include "scalar.h"\n\n'
+                  f'// {node.name}, from the nodes {", ".join(node.origin)}\n#include "scalar.h"\n\nusing namespace af;\n\n'
                   + kernel_source(node, stem.name) + "\n")
         stem.with_suffix(".cpp").write_text(source)
         written += [stem.with_suffix(".onnx"), stem.with_suffix(".cpp")]
