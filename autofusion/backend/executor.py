@@ -78,6 +78,8 @@ class Program:
         self.exact: Program | None = None   # on PyTorch alone, for NaN inputs (model.py)
         # no torch kernel among the steps: a call needs no inference-mode guard (model.py)
         self.torch_free = all(part.target == "native" for part in plan.partitions)
+        # whose runtime checks inputs for NaN (all_finite): any partition's library holds it
+        self._runtime = next(iter(self.native.values())).library if self.native else None
 
     def _filename(self, name: str) -> str:
         model = "".join(c if c.isprintable() else "?" for c in self.graph.name)   # no NUL for compile()
@@ -197,12 +199,11 @@ class Program:
         code is out of cache after a model's kernels ran, and two of them cost ~0.25 ms a call
         (MobileNetV3). Others by a sum, one pass with no temporary; a finite sum that overflows
         reads as non-finite, which costs only speed."""
-        library = next(iter(self.native.values())).library if self.native else None
         for t in tensors_of(values):
             if not t.is_floating_point() or not t.numel():
                 continue
-            if library is not None and t.dtype == torch.float32 and t.is_contiguous():
-                finite = library.all_finite(t)
+            if self._runtime is not None and t.dtype == torch.float32 and t.is_contiguous():
+                finite = self._runtime.all_finite(t)
             else:
                 finite = bool(torch.isfinite(t.sum()))
             if not finite:

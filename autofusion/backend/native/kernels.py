@@ -171,7 +171,7 @@ def _loop_nest_source(node: Node, b: _Body, fn: str, lanes: int) -> str:
         return f"&{at(o, index)}" + (f", {step}" if step != 1 else "")
 
     def compute(index: dict[str, str]) -> list[str]:
-        lines = [f"const vec16 {o.value} = load16({lanes_of(o, index)}, live);" if lanes_of(o, index)
+        lines = [f"const vec16 {o.value} = load16({where}, live);" if (where := lanes_of(o, index))
                  else f"const float {o.value} = {at(o, index)};" for o in ops]
         kind = "auto" if vector and idx[inner] not in index else "float"   # float or vec16
         for k, n in enumerate(body.nodes):
