@@ -154,8 +154,8 @@ def long_cancelling_reduction() -> onnx.ModelProto:
 
 
 def sharp_attention() -> onnx.ModelProto:
-    """softmax(100q·kᵀ/√d)·v: scores in the hundreds, where bf16's rounding of q moves them by
-    more than one, and the softmax turns that into a different answer."""
+    """softmax(100q·kᵀ/√d)·v: scores in the hundreds, where bf16's rounding of q would move them by
+    more than one, and the softmax would turn that into a different answer."""
     shape = [1, 2, 16, 32]
     return _model(
         [helper.make_node("Mul", ["q", "hundred"], ["q100"]),
@@ -170,9 +170,40 @@ def sharp_attention() -> onnx.ModelProto:
          numpy_helper.from_array(np.float32(np.sqrt(32)), "sqrt_d")])
 
 
+def cancelling_attention() -> onnx.ModelProto:
+    """softmax(q·kᵀ/100)·(v + ±300): nearly even weights over values of ±300 that cancel, so the
+    output is v's mean, of order 0.3, and bf16's rounding of each ±300 (up to 1) survives it."""
+    shape = [1, 2, 16, 32]
+    signs = np.where(np.arange(16) % 2 == 0, 300.0, -300.0).astype(np.float32).reshape(16, 1)
+    return _model(
+        [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+         helper.make_node("MatMul", ["q", "kt"], ["qk"]),
+         helper.make_node("Div", ["qk", "hundred"], ["scaled"]),
+         helper.make_node("Softmax", ["scaled"], ["p"], axis=-1),
+         helper.make_node("Add", ["v", "signs"], ["far"]),
+         helper.make_node("MatMul", ["p", "far"], ["y"])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n in "qkv"],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+        [numpy_helper.from_array(np.float32(100.0), "hundred"),
+         numpy_helper.from_array(signs, "signs")])
+
+
+@runs_native
+def test_a_sharp_softmax_stays_accurate_in_bf16_as_its_scores_are_fp32():
+    """An attention's q·kᵀ and softmax run in fp32 at any precision (runtime.cpp attention): the
+    large-magnitude softmax that bf16 scores would get wrong needs no guard."""
+    model = sharp_attention()
+    m = autofusion.compile(model, precision="bf16")
+    checked = [c for c in m.report.precision["checked"] if c["op"] == "Attention"]
+    assert checked and not any(c["kept_fp32"] for c in checked)
+    assert checked[0]["error_reduced"] < P.TOLERANCE / 4
+    feeds = P.random_feeds(m.graph, seed=1)
+    assert rel(m.run(feeds)["y"], autofusion.compile(model).run(feeds)["y"]) < P.TOLERANCE / 4
+
+
 @runs_native
 @pytest.mark.parametrize("build, op", [(long_cancelling_reduction, "FusedMatMul"),
-                                       (sharp_attention, "Attention")])
+                                       (cancelling_attention, "Attention")])
 def test_the_guard_keeps_a_fusion_that_loses_accuracy_in_fp32(build, op):
     model = build()
     m = autofusion.compile(model, precision="bf16")

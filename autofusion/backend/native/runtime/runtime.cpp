@@ -26,6 +26,7 @@
 #include <cstring>
 #include <functional>
 #include <numeric>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -993,20 +994,33 @@ void Partition::reshape(int dst, int src) {
   m.view_of(dst, src, viewed);
 }
 
+// a matmul reading its operands through the strides they have (a head split of one projection
+// is a strided view: acbd), or nothing where oneDNN would run its reference kernel on them
+static std::optional<dnnl::matmul::primitive_desc> strided_matmul(
+    const dnnl::engine& eng, const memory::desc& a, const memory::desc& b, const memory::desc& c,
+    const dnnl::primitive_attr& attr) {
+  try {
+    dnnl::matmul::primitive_desc pd(eng, a, b, c, attr);
+    if (std::string(pd.impl_info_str()).rfind("ref", 0) == 0) return std::nullopt;
+    return pd;
+  } catch (const dnnl::error&) {
+    return std::nullopt;
+  }
+}
+
 void Partition::attention(int dst, int q, int k, int v, int mask, float scale) {
   Impl& m = *impl_;
   const Dims& qs = m.val(q).shape;
   const Dims& ks = m.val(k).shape;
+  const Dims& vs = m.val(v).shape;
   Dims scores = qs;
   scores.back() = ks[ks.size() - 2];
-  const dt c = m.compute;   // q·kᵀ and p·v in it; the scores and softmax in fp32
-  int qv = m.ensure(q, plain(qs, c)), kv = m.ensure(k, plain(ks, c));
-  int vv = m.ensure(v, plain(m.val(v).shape, c));
+  // p·v in the compute type; q·kᵀ, the scores and the softmax in fp32: an error in a score is
+  // amplified by the exponential (in bf16 q·kᵀ set BERT's worst output error)
+  const dt c = m.compute;
   std::vector<int> perm(ks.size());
   std::iota(perm.begin(), perm.end(), 0);
   std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
-  memory::desc kt = plain(ks, c).permute_axes(perm);
-  int s = m.temp(plain(scores));
   dnnl::primitive_attr at;
   at.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   dnnl::post_ops po;
@@ -1017,19 +1031,33 @@ void Partition::attention(int dst, int q, int k, int v, int mask, float scale) {
     po.append_binary(dnnl::algorithm::binary_add, plain(m.val(mask).shape));
   }
   at.set_post_ops(po);
-  dnnl::matmul::primitive_desc qk(m.eng, plain(qs, c), kt, plain(scores), at);
-  std::vector<Arg> args{Impl::use(DNNL_ARG_SRC, qv), Impl::view(DNNL_ARG_WEIGHTS, kv, kt),
+  int s = m.temp(plain(scores));
+  auto typed = [&](int id, dt type) { return m.md_of(id).get_data_type() == type; };
+  auto qk = typed(q, dt::f32) && typed(k, dt::f32)
+                ? strided_matmul(m.eng, m.md_of(q), m.md_of(k).permute_axes(perm), plain(scores), at)
+                : std::nullopt;
+  if (!qk) {
+    q = m.ensure(q, plain(qs));
+    k = m.ensure(k, plain(ks));
+    qk = dnnl::matmul::primitive_desc(m.eng, plain(qs), plain(ks).permute_axes(perm), plain(scores), at);
+  }
+  std::vector<Arg> args{Impl::view(DNNL_ARG_SRC, q, qk->src_desc()),
+                        Impl::view(DNNL_ARG_WEIGHTS, k, qk->weights_desc()),
                         Impl::use(DNNL_ARG_DST, s)};
   if (mv >= 0) args.push_back(Impl::use(DNNL_ARG_ATTR_MULTIPLE_POST_OP(1) | DNNL_ARG_SRC_1, mv));
-  m.add(qk, dnnl::matmul(qk), std::move(args));
+  m.add(*qk, dnnl::matmul(*qk), std::move(args));
   int p = m.temp(plain(scores, c));
   m.softmax(s, plain(scores), p, plain(scores, c), int(scores.size()) - 1, false);
   memory::desc out = m.dense_result(dst);
-  dnnl::matmul::primitive_desc pv(m.eng, plain(scores, c), plain(m.val(v).shape, c), out,
-                                  m.attr({}));
+  auto pv = typed(v, c) ? strided_matmul(m.eng, plain(scores, c), m.md_of(v), out, m.attr({}))
+                        : std::nullopt;
+  if (!pv) {
+    v = m.ensure(v, plain(vs, c));
+    pv = dnnl::matmul::primitive_desc(m.eng, plain(scores, c), plain(vs, c), out, m.attr({}));
+  }
   int y = m.produce(dst, out);
-  m.add(pv, dnnl::matmul(pv), {Impl::use(DNNL_ARG_SRC, p), Impl::use(DNNL_ARG_WEIGHTS, vv),
-                               Impl::use(DNNL_ARG_DST, y)});
+  m.add(*pv, dnnl::matmul(*pv), {Impl::use(DNNL_ARG_SRC, p), Impl::view(DNNL_ARG_WEIGHTS, v, pv->weights_desc()),
+                                 Impl::use(DNNL_ARG_DST, y)});
   m.finish(dst, y);
 }
 
