@@ -15,6 +15,7 @@
 // offset, strides), copied once by the first reader that needs it dense (ensure(), dense()).
 #include "native.h"
 #include "gated.h"
+#include "gemv.h"
 #include "softmax.h"
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -488,6 +489,44 @@ struct Partition::Impl {
     add(pd, dnnl::softmax_forward(pd), {view(DNNL_ARG_SRC, src, src_md), view(DNNL_ARG_DST, dst, dst_md)});
   }
 
+  // y = x·W + b for one row x (gemv.h): x dense in the step's compute type, W and b constants;
+  // the id written, for finish()
+  int gemv(int dst, int x, int w, int bias, const memory::desc& out, int64_t k, int64_t n) {
+    const bool bf16 = compute == dt::bf16, to_bf16 = out.get_data_type() == dt::bf16;
+    memory weights = constant_as(w, plain({k, n}, compute));
+    if (bf16) {
+      memory pairs(memory::desc({(k + 1) / 2, n, 2}, dt::bf16, tag::abc), eng);
+      pair_rows(static_cast<const uint16_t*>(weights.get_data_handle()), k, n,
+                static_cast<uint16_t*>(pairs.get_data_handle()));
+      weights = pairs;
+    }
+    int y = produce(dst, out);
+    Exec own{dnnl::primitive(), {use(DNNL_ARG_SRC, x), owned(DNNL_ARG_WEIGHTS, weights), view(DNNL_ARG_DST, y, out)},
+             {}, node, step};
+    if (bias >= 0) own.args.push_back(owned(DNNL_ARG_BIAS, constant_as(bias, plain({n}))));
+    auto sums = std::make_shared<std::vector<float>>();   // per thread n
+    auto padded = std::make_shared<std::vector<uint32_t>>((k + 1) / 2);
+    const bool has_bias = bias >= 0;
+    own.own = [=](Exec& e) {
+      sums->resize(std::max(sums->size(), size_t(omp_get_max_threads()) * n));
+      const void* xs = e.bound[DNNL_ARG_SRC].get_data_handle();
+      const void* ws = e.bound[DNNL_ARG_WEIGHTS].get_data_handle();
+      const float* b = has_bias ? static_cast<const float*>(e.bound[DNNL_ARG_BIAS].get_data_handle()) : nullptr;
+      void* ys = e.bound[DNNL_ARG_DST].get_data_handle();
+      auto run = [&](auto* y) {
+        if (bf16)
+          af::gemv(static_cast<const uint16_t*>(xs), static_cast<const uint16_t*>(ws), b, y, k, n,
+                   sums->data(), padded->data());
+        else
+          af::gemv(static_cast<const float*>(xs), static_cast<const float*>(ws), b, y, k, n, sums->data());
+      };
+      if (to_bf16) run(static_cast<uint16_t*>(ys));
+      else run(static_cast<float*>(ys));
+    };
+    execs.push_back(std::move(own));
+    return y;
+  }
+
   void finish(int dst, int written) {
     if (written != dst) reorder(written, md_of(written), dst, md_of(dst));
   }
@@ -617,6 +656,7 @@ struct Partition::Impl {
   void execute(Exec& e, std::vector<const float*>& in, std::vector<float*>& out) {
     if (e.gate != Alg::None) {
       if (e.prim) run_primitive(e);
+      else if (e.own) e.own(e);
       void* data = e.gated.get_data_handle();   // where dst is an output, the caller's (run())
       if (e.gated_bf16)
         gate_in_place(e.gate, static_cast<uint16_t*>(data), e.gated_values);
@@ -819,6 +859,12 @@ void Partition::linear(int dst, int a, int w, int bias, const Acts& acts) {
   int64_t k = wshape[0], n = wshape[1];
   int64_t rows = std::accumulate(xshape.begin(), xshape.end() - 1, int64_t(1), std::multiplies<>());
   const memory::desc out = m.dense_result(dst);
+  if (VECTORISED && rows == 1 && post_ops_of(acts).empty() && (m.compute == dt::f32 || BF16_DOT)) {
+    int y = m.gemv(dst, m.ensure(a, plain(xshape, m.compute)), w, bias, out, k, n);
+    if (Alg gate = gate_after(acts); gate != Alg::None) m.gate_over_dst(gate);
+    m.finish(dst, y);
+    return;
+  }
   memory::desc x_md = plain({rows, k}, m.compute), y_md = plain({rows, n}, out.get_data_type());
   memory::desc b_md = bias >= 0 ? plain({1, n}) : memory::desc();
   dnnl::matmul::primitive_desc pd(m.eng, x_md, any({k, n}, m.compute), b_md, y_md, m.attr(acts));
