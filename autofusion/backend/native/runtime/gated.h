@@ -1,4 +1,4 @@
-// x·sigmoid(g(x)), in place over a primitive's result: the activations the runtime computes
+// x·sigmoid(g(x)) over a primitive's result (in place, or into a bf16 copy): the activations the runtime computes
 // itself rather than as oneDNN post-ops. SiLU is g(x) = x; tanh-GELU is g(x) = 2u with
 // u = √(2/π)(x + 0.044715x³), as ½(1 + tanh u) = sigmoid(2u). On this CPU (Zen 4, one thread)
 // oneDNN 3.2's swish post-op costs ~0.7 ns a value, more than the depthwise convolution it
@@ -34,16 +34,22 @@ inline __m512 gated16(__m512 x) {
 }
 #endif
 
-// x·sigmoid(g(x)) over n values of type T (float, or bf16 as uint16_t), in place
-template <Gate G, class T>
-void gated_in_place(T* v, int64_t n) {
+// y = x·sigmoid(g(x)) over n values, each of type float or bf16 (uint16_t); y may be x (in place),
+// or a bf16 copy of an f32 x (a gate over a bf16 convolution's f32 result, rounded once, after it)
+template <Gate G, class In, class Out>
+void gated_into(const In* x, Out* y, int64_t n) {
   int64_t vector_end = 0;
 #if defined(__AVX512F__)
   vector_end = n / 16 * 16;
 #pragma omp parallel for schedule(static) if (n >= PARALLEL_FROM)
-  for (int64_t i = 0; i < vector_end; i += 16) store16(v + i, gated16<G>(load16(v + i)));
+  for (int64_t i = 0; i < vector_end; i += 16) store16(y + i, gated16<G>(load16(x + i)));
 #endif
-  for (int64_t i = vector_end; i < n; ++i) store1(v + i, gated<G>(load1(v + i)));
+  for (int64_t i = vector_end; i < n; ++i) store1(y + i, gated<G>(load1(x + i)));
+}
+
+template <Gate G, class T>
+void gated_in_place(T* v, int64_t n) {
+  gated_into<G>(v, v, n);
 }
 
 }  // namespace af

@@ -182,10 +182,10 @@ Acts post_ops_of(const Acts& acts) {
   return gate_after(acts) != Alg::None ? Acts(acts.begin(), acts.end() - 1) : acts;
 }
 
-template <class T>
-void gate_in_place(Alg gate, T* v, int64_t n) {
-  if (gate == Alg::SiLU) gated_in_place<Gate::SiLU>(v, n);
-  else gated_in_place<Gate::GeluTanh>(v, n);
+template <class In, class Out>
+void gate_into(Alg gate, const In* x, Out* y, int64_t n) {
+  if (gate == Alg::SiLU) gated_into<Gate::SiLU>(x, y, n);
+  else gated_into<Gate::GeluTanh>(x, y, n);
 }
 
 // oneDNN counts dilation from 0 (dense), ONNX from 1
@@ -252,6 +252,9 @@ struct Arg {
   memory mem;
 };
 
+// the argument of an Exec whose gate writes a bf16 copy of its f32 destination (not oneDNN's)
+constexpr int GATED_INTO = DNNL_ARG_DST_1;
+
 struct Exec {
   dnnl::primitive prim;                // none: only the gate, over a value in place
   std::vector<Arg> args;
@@ -264,7 +267,8 @@ struct Exec {
   Alg gate = Alg::None;                // then this activation over DNNL_ARG_DST, in place:
   memory gated;                        // that memory, bound by finalize():
   int64_t gated_values = 0;            // its values, padding included,
-  bool gated_bf16 = false;             // bf16 (else f32)
+  bool gated_bf16 = false;             // bf16 (else f32);
+  memory rounded;                      // or from it (f32) into this bf16 one (GATED_INTO)
 };
 
 struct Partition::Impl {
@@ -614,6 +618,10 @@ struct Partition::Impl {
           (a.key >= DNNL_ARG_MULTIPLE_DST ? e.fn_out : e.fn_in).push_back(e.bound[a.key]);
       if (e.gate != Alg::None) {
         e.gated = e.bound[DNNL_ARG_DST];
+        if (auto it = e.bound.find(GATED_INTO); it != e.bound.end()) {
+          e.rounded = it->second;
+          e.bound.erase(it);   // the runtime's, not the primitive's
+        }
         const memory::desc md = e.gated.get_desc();
         e.gated_values = int64_t(md.get_size() / memory::data_type_size(md.get_data_type()));
         e.gated_bf16 = md.get_data_type() == dt::bf16;
@@ -658,10 +666,13 @@ struct Partition::Impl {
       if (e.prim) run_primitive(e);
       else if (e.own) e.own(e);
       void* data = e.gated.get_data_handle();   // where dst is an output, the caller's (run())
-      if (e.gated_bf16)
-        gate_in_place(e.gate, static_cast<uint16_t*>(data), e.gated_values);
+      if (e.rounded)
+        gate_into(e.gate, static_cast<const float*>(data), static_cast<uint16_t*>(e.rounded.get_data_handle()),
+                  e.gated_values);
+      else if (e.gated_bf16)
+        gate_into(e.gate, static_cast<const uint16_t*>(data), static_cast<uint16_t*>(data), e.gated_values);
       else
-        gate_in_place(e.gate, static_cast<float*>(data), e.gated_values);
+        gate_into(e.gate, static_cast<const float*>(data), static_cast<float*>(data), e.gated_values);
       return;
     }
     if (e.own) return e.own(e);
@@ -762,9 +773,9 @@ void Partition::conv(int dst, int src, int w, int b, int residual, const Dims& s
   if (residual >= 0)
     args.push_back(Impl::use(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, residual));
   m.add(pd, dnnl::convolution_forward(pd), std::move(args), acts);
-  if (gate_in_f32) {
+  if (gate_in_f32) {   // the gate writes the bf16 result
     const int rounded = m.produce(dst, retyped(pd.dst_desc(), dt::bf16));
-    m.reorder(y, pd.dst_desc(), rounded, m.md_of(rounded));
+    m.execs.back().args.push_back(Impl::use(GATED_INTO, rounded));
     y = rounded;
   }
   m.finish(dst, y);
