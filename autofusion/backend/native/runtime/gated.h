@@ -1,5 +1,5 @@
-// x·sigmoid(g(x)) over a primitive's result (in place, or into a bf16 copy): the activations the runtime computes
-// itself rather than as oneDNN post-ops. SiLU is g(x) = x; tanh-GELU is g(x) = 2u with
+// x·sigmoid(g(x)) over a primitive's result, in place or into a bf16 copy: the activations the
+// runtime computes itself rather than as oneDNN post-ops. SiLU is g(x) = x; tanh-GELU is g(x) = 2u with
 // u = √(2/π)(x + 0.044715x³), as ½(1 + tanh u) = sigmoid(2u). On this CPU (Zen 4, one thread)
 // oneDNN 3.2's swish post-op costs ~0.7 ns a value, more than the depthwise convolution it
 // follows, and its tanh-GELU ~1 ns; these cost ~0.3 and ~0.4 (`python -m benchmarks.conv_floor

@@ -76,7 +76,8 @@ class Partition {
   void binary(int dst, int a, int b, Bin op, const Acts& acts, bool in_place);
   void batch_norm(int dst, int src, int scale, int bias, int mean, int var, float epsilon,
                   const Acts& acts);
-  // act(a·w + bias) over a's last axis: w a constant [K, N], bias a constant [N] or -1
+  // act(a·w + bias) over a's last axis: w a constant [K, N], bias a constant [N] or -1; one row
+  // with no post-op but a gate runs on the runtime's own product (gemv.h)
   void linear(int dst, int a, int w, int bias, const Acts& acts);
   // act(alpha·(a·b) + c) with numpy broadcasting; a, b, c plain and of one rank
   void matmul(int dst, int a, int b, int c, bool trans_a, bool trans_b, float alpha,
@@ -90,7 +91,8 @@ class Partition {
   void slice(int dst, int src, const Dims& offsets, const Dims& sizes);
   // dst is src with another shape (the same plain bytes): a view, or a copy where dst is output
   void reshape(int dst, int src);
-  // softmax(q·kᵀ·scale + mask)·v, mask -1 when there is none
+  // softmax(q·kᵀ·scale + mask)·v, mask -1 when there is none; q·kᵀ and the softmax in fp32, p·v
+  // in the step's precision
   void attention(int dst, int q, int k, int v, int mask, float scale);
   // fn over dense copies of srcs (a reorder where a src is blocked), writing dense dsts
   void kernel(KernelFn fn, const std::vector<int>& dsts, const std::vector<int>& srcs);
