@@ -6,18 +6,25 @@
 #include <chrono>
 #include <vector>
 
-// the median of `runs` timed calls of run(), in µs, after `warmup` untimed ones
-template <class F>
-double median_us(F run, int runs, int warmup) {
+// the median of `runs` timed calls of run(), in µs, after `warmup` untimed ones; before() runs
+// untimed ahead of each timed call
+template <class F, class B>
+double median_us(F run, int runs, int warmup, B before) {
   for (int r = 0; r < warmup; ++r) run();
   std::vector<double> us;
   for (int r = 0; r < runs; ++r) {
+    before();
     auto start = std::chrono::steady_clock::now();
     run();
     us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
   }
   std::sort(us.begin(), us.end());
   return us[us.size() / 2];
+}
+
+template <class F>
+double median_us(F run, int runs, int warmup) {
+  return median_us(run, runs, warmup, [] {});
 }
 
 // x [1, channels, size, size] through a k x k depthwise convolution of this stride, padding k / 2

@@ -26,20 +26,6 @@ static void evict() {
   sink = s;
 }
 
-// the median of 50 calls of run(), in µs, each after evict() where cold
-template <class F>
-double block_us(F run, bool cold) {
-  std::vector<double> us;
-  for (int r = 0; r < 50; ++r) {
-    if (cold) evict();
-    auto start = std::chrono::steady_clock::now();
-    run();
-    us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
-  }
-  std::sort(us.begin(), us.end());
-  return us[us.size() / 2];
-}
-
 int main() {
   engine eng(engine::kind::cpu, 0);
   stream s(eng);
@@ -86,8 +72,9 @@ int main() {
         std::vector<double> a, r;
         onednn(), runtime();
         for (int block = 0; block < 6; ++block) {
-          a.push_back(block_us(onednn, cold));
-          r.push_back(block_us(runtime, cold));
+          auto before = [&] { if (cold) evict(); };
+          a.push_back(median_us(onednn, 50, 0, before));
+          r.push_back(median_us(runtime, 50, 0, before));
         }
         std::sort(a.begin(), a.end());
         std::sort(r.begin(), r.end());
