@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <type_traits>
 #include <vector>
 
 #include "vector.h"
@@ -36,50 +37,36 @@ inline void pair_rows(const uint16_t* w, int64_t k, int64_t n, uint16_t* pairs) 
 }
 
 #if defined(__AVX512F__)
-// sums[0:n] += x[0:R]·W[0:R, :] (W's rows n apart)
-template <int R>
-inline void add_rows(const float* x, const float* w, int64_t n, float* sums) {
-  __m512 xs[R];
-  for (int r = 0; r < R; ++r) xs[r] = _mm512_set1_ps(x[r]);
-  auto columns = [&](int64_t j, __mmask16 m) {
-    __m512 a = _mm512_maskz_loadu_ps(m, sums + j);
-    for (int r = 0; r < R; ++r) a = _mm512_fmadd_ps(xs[r], _mm512_maskz_loadu_ps(m, w + r * n + j), a);
-    _mm512_mask_storeu_ps(sums + j, m, a);
-  };
-  int64_t j = 0;
-  for (; j + 16 <= n; j += 16) columns(j, 0xffff);
-  if (j < n) columns(j, first(n - j));
+// a + x·w over 16 columns (m of them): an f32 row, or a pair of bf16 rows (x two bf16 in 32 bits,
+// w the pair interleaved, as vdpbf16ps multiplies them)
+inline __m512 add_unit(__m512 a, float x, const float* w, __mmask16 m) {
+  return _mm512_fmadd_ps(_mm512_set1_ps(x), _mm512_maskz_loadu_ps(m, w), a);
 }
-
-inline void add_rows(const float* x, const float* w, int64_t k0, int64_t k1, int64_t n, float* sums) {
-  int64_t k = k0;
-  for (; k + 4 <= k1; k += 4) add_rows<4>(x + k, w + k * n, n, sums);
-  for (; k < k1; ++k) add_rows<1>(x + k, w + k * n, n, sums);
-}
-
 #if defined(__AVX512BF16__)
-// the same over R pairs of rows: x's pairs (two bf16 in 32 bits) by W's interleaved pairs
-template <int R>
-inline void add_pairs(const uint32_t* x, const uint16_t* w, int64_t n, float* sums) {
-  __m512i xs[R];
-  for (int r = 0; r < R; ++r) xs[r] = _mm512_set1_epi32(int(x[r]));
-  auto columns = [&](int64_t j, __mmask16 m) {
-    __m512 a = _mm512_maskz_loadu_ps(m, sums + j);
-    for (int r = 0; r < R; ++r)
-      a = _mm512_dpbf16_ps(a, (__m512bh)xs[r], (__m512bh)_mm512_maskz_loadu_epi32(m, w + (r * n + j) * 2));
-    _mm512_mask_storeu_ps(sums + j, m, a);
-  };
-  int64_t j = 0;
-  for (; j + 16 <= n; j += 16) columns(j, 0xffff);
-  if (j < n) columns(j, first(n - j));
-}
-
-inline void add_rows(const uint32_t* x, const uint16_t* w, int64_t p0, int64_t p1, int64_t n, float* sums) {
-  int64_t p = p0;
-  for (; p + 4 <= p1; p += 4) add_pairs<4>(x + p, w + p * n * 2, n, sums);
-  for (; p < p1; ++p) add_pairs<1>(x + p, w + p * n * 2, n, sums);
+inline __m512 add_unit(__m512 a, uint32_t x, const uint16_t* w, __mmask16 m) {
+  return _mm512_dpbf16_ps(a, (__m512bh)_mm512_set1_epi32(int(x)), (__m512bh)_mm512_maskz_loadu_epi32(m, w));
 }
 #endif
+
+// sums[0:n] += x[u0:u1]·W[u0:u1, :], R units at a time (a unit's row is n·(4 / sizeof(W)) values)
+template <class X, class W>
+inline void add_rows(const X* x, const W* w, int64_t u0, int64_t u1, int64_t n, float* sums) {
+  constexpr int64_t width = 4 / sizeof(W);   // values per column per unit
+  auto units = [&](auto r_count, int64_t u) {
+    constexpr int R = decltype(r_count)::value;
+    auto columns = [&](int64_t j, __mmask16 m) {
+      __m512 a = _mm512_maskz_loadu_ps(m, sums + j);
+      for (int r = 0; r < R; ++r) a = add_unit(a, x[u + r], w + ((u + r) * n + j) * width, m);
+      _mm512_mask_storeu_ps(sums + j, m, a);
+    };
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16) columns(j, 0xffff);
+    if (j < n) columns(j, first(n - j));
+  };
+  int64_t u = u0;
+  for (; u + 4 <= u1; u += 4) units(std::integral_constant<int, 4>{}, u);
+  for (; u < u1; ++u) units(std::integral_constant<int, 1>{}, u);
+}
 
 // y = x·W + b. Unit: f32 rows (x float, W [K][N]) or pairs of bf16 rows (x as uint32_t pairs,
 // W pair_rows'); units: K or ⌈K/2⌉; b may be null; sums: omp_get_max_threads()·n floats.
