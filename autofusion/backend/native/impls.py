@@ -21,7 +21,7 @@ from ...ir.dims import slice_bounds
 from ...ir.geometry import explicit_pads
 from ...ir.region_space import LayoutError, reduced_axes
 from ...ir.shapes import opset_of
-from ..impl import Impl, register
+from ..impl import Impl, implementations, register
 from .emit import PartitionSource, dims
 
 Emitter = Callable[[Node, PartitionSource], str]
@@ -30,17 +30,18 @@ Emitter = Callable[[Node, PartitionSource], str]
 def native(*ops: str, check: Callable[[Node], str | None], plain: tuple[int, ...] | str = (),
            tensors: tuple[int, ...] | None = None, view: bool = False,
            overwrites: Callable[[Node], Value | None] | None = None, name: str = "onednn",
-           reduced: bool = False):
+           reduced: bool = False, estimate: Callable[[Node], float] | None = None):
     """Register an emitter as the native implementation `name` of ops. `tensors`: the inputs the
     step reads at run time (default all); the others (shapes, axes) are read at compile time.
     `overwrites`: the input an elementwise step may write its output over (the plan decides).
-    `reduced`: its products run in bf16 where the plan's precision says (runtime/native.h)."""
+    `reduced`: its products run in bf16 where the plan's precision says (runtime/native.h).
+    `estimate`: its cost in seconds, where it is not one call over the node's bytes."""
     def deco(emit: Emitter) -> Emitter:
         for op in ops:
             register(op, Impl(name, "native", check, emit=emit,
                               plain_inputs=plain if plain == "all" else frozenset(plain),
                               tensor_inputs=tensors, view=view, overwrites=overwrites,
-                              reduced=reduced,
+                              reduced=reduced, estimate=estimate,
                               doc=(emit.__doc__ or "").strip()))
         return emit
     return deco
@@ -197,6 +198,38 @@ def emit_spatial_mean(node: Node, p: PartitionSource) -> str:
     ones, zeros = [1] * len(spatial), [0] * len(spatial)
     return p.call("pool", p.out(node), p.ref(node.inputs[0]), "Pool::AvgExcludePad", dims(spatial),
                   dims(ones), dims(ones), dims(zeros), dims(zeros))
+
+
+# A squeeze-excitation's mean of a SiLU's result (EfficientNet's): the runtime computes the SiLU
+# itself, after the convolution, and its loop sums each channel as it writes; the mean costs no
+# pass over the result of its own. The activations the runtime computes itself, last in a step:
+RUNTIME_GATES = frozenset({"SiLU", "GeluTanh"})   # runtime.cpp gate_after
+
+
+def gated(v: Value) -> str | None:
+    """Why v is not the result of a gate the runtime computes at the end of a native step."""
+    n = v.producer
+    acts = [] if n is None else (node_acts(n) if n.op == fused("FusedConv") else
+                                 UNARY[n.op](n) if n.op in UNARY else [])
+    if not acts or acts[-1][0] not in RUNTIME_GATES:
+        return "its input is not a SiLU or tanh-GELU the runtime computes after a step"
+    if all(impl.check(n) is not None for impl in implementations(n.op, "native")):
+        return "its input's producer does not run native"
+    return None
+
+
+def check_mean_in_gate(node: Node) -> str | None:
+    mean = check_pool(node) if node.op_type == "GlobalAveragePool" else check_spatial_mean(node)
+    return first(mean, gated(node.inputs[0]))
+
+
+@native("GlobalAveragePool", "ReduceMean", check=check_mean_in_gate, tensors=(0,), name="in-gate",
+        estimate=lambda node: 0.0)
+def emit_mean_in_gate(node: Node, p: PartitionSource) -> str:
+    """The mean over the whole image, summed by the gate that writes its input as it writes (no
+    pass of its own); oneDNN's pooling where the runtime finds the input's layout is not
+    channels-innermost (runtime/native.h)."""
+    return p.call("mean_in_gate", p.out(node), p.ref(node.inputs[0]))
 
 
 # ---- elementwise -----------------------------------------------------------------------------
@@ -498,7 +531,8 @@ def check_pool_gemm(node: Node) -> str | None:
 
 @native(fused("PoolGemm"), check=check_pool_gemm, reduced=True)
 def emit_pool_gemm(node: Node, p: PartitionSource) -> str:
-    """Global average pooling into a dense temporary, then the linear layer."""
+    """Global average pooling into a dense temporary (summed by the gate that writes the input,
+    where one does), then the linear layer."""
     x, w, c = node.inputs[0], node.inputs[1].const, node.input(2)
     n, ch = x.shape[:2]
     weight = (w.T if node.attr("transB", 0) else w) * np.float32(node.attr("alpha", 1.0))
@@ -510,8 +544,10 @@ def emit_pool_gemm(node: Node, p: PartitionSource) -> str:
         c.name)
     k = list(x.shape[2:])
     zeros, ones = dims([0] * len(k)), dims([1] * len(k))
+    pool = (p.call("mean_in_gate", pooled, p.ref(x)) if gated(x) is None else
+            p.call("pool", pooled, p.ref(x), "Pool::AvgExcludePad", dims(k), ones, ones, zeros, zeros))
     return "\n".join([
-        p.call("pool", pooled, p.ref(x), "Pool::AvgExcludePad", dims(k), ones, ones, zeros, zeros),
+        pool,
         p.call("reshape", rows, pooled),
         p.call("linear", p.out(node), rows,
                p.const(np.ascontiguousarray(weight, np.float32), node.inputs[1].name), bias, "{}")])

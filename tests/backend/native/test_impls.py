@@ -59,10 +59,12 @@ def check_native(g: Graph, feeds: dict[str, np.ndarray] | None = None, bound: fl
     return native
 
 
-def refusal(g: Graph, node_name: str | None = None) -> str:
-    """The native check's reason for the graph's (first) node."""
+def refusal(g: Graph, node_name: str | None = None, impl_name: str = "onednn") -> str:
+    """The native check's reason for the graph's (first) node (of `impl_name`, where the op has
+    more than one)."""
     node = g.nodes[0] if node_name is None else next(n for n in g.nodes if n.name == node_name)
-    (impl,) = implementations(node.op, "native")
+    impls = implementations(node.op, "native")
+    (impl,) = impls if len(impls) == 1 else [i for i in impls if i.name == impl_name]
     why = impl.check(node)
     assert why is not None
     return why

@@ -7,6 +7,10 @@
 // of a blocked layout stays zero and the whole buffer can be swept.
 #pragma once
 
+#include <omp.h>
+
+#include <algorithm>
+
 #include "vector.h"
 
 namespace af {
@@ -50,6 +54,63 @@ void gated_into(const In* x, Out* y, int64_t n) {
 template <Gate G, class T>
 void gated_in_place(T* v, int64_t n) {
   gated_into<G>(v, v, n);
+}
+
+// gated_into, summing y over the pixels of each channel as it goes, for a squeeze-excitation's
+// mean: the mean's own pass would read y again (in EfficientNet-B4, from L3 or memory, and
+// oneDNN's pooling of one image runs on one thread). The layout puts channels innermost: `outer`
+// blocks of `pixels` rows of `inner` values (nhwc: N × HW × C; nChw16c: N·⌈C/16⌉ × HW × 16), the
+// sum of block o's value j going to sums[o·inner + j]. Threads split the rows and sum into their
+// own row of `partial` (omp_get_max_threads() × partial_width(outer·inner) floats), added up at
+// the end; a row a cache line longer than the sums, so no line is written by two threads.
+inline int64_t partial_width(int64_t width) { return (width + 15) / 16 * 16 + 16; }
+
+template <Gate G, class In, class Out>
+void gated_summed_into(const In* x, Out* y, int64_t outer, int64_t pixels, int64_t inner, float* sums,
+                       float* partial) {
+  const int64_t rows = outer * pixels, width = outer * inner, stride = partial_width(width);
+  int threads = 1;
+#pragma omp parallel if (rows * inner >= PARALLEL_FROM)
+  {
+    const int t = omp_get_thread_num();
+#pragma omp single
+    threads = omp_get_num_threads();   // (its barrier: every thread sees it below)
+    float* own = partial + t * stride;
+    std::fill(own, own + width, 0.f);
+    const int64_t begin = rows * t / threads, end = rows * (t + 1) / threads;
+    int64_t o = begin / pixels, p = begin % pixels;
+    for (int64_t r = begin; r < end; ++r) {
+      const In* xr = x + r * inner;
+      Out* yr = y + r * inner;
+      float* s = own + o * inner;
+      int64_t j = 0;
+#if defined(__AVX512F__)
+      for (; j + 16 <= inner; j += 16) {
+        const __m512 v = gated16<G>(load16(xr + j));
+        store16(yr + j, v);
+        store16(s + j, _mm512_add_ps(load16(s + j), v));
+      }
+      if (j < inner) {
+        const __mmask16 k = first(inner - j);
+        const __m512 v = gated16<G>(load16(xr + j, k));
+        store16(yr + j, v, k);
+        store16(s + j, _mm512_add_ps(load16(s + j, k), v), k);
+        j = inner;
+      }
+#endif
+      for (; j < inner; ++j) {
+        const float v = gated<G>(load1(xr + j));
+        store1(yr + j, v);
+        s[j] += v;
+      }
+      if (++p == pixels) p = 0, ++o;
+    }
+  }
+  for (int64_t c = 0; c < width; ++c) {
+    float total = 0.f;
+    for (int t = 0; t < threads; ++t) total += partial[t * stride + c];
+    sums[c] = total;
+  }
 }
 
 }  // namespace af

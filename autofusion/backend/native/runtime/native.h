@@ -72,6 +72,10 @@ class Partition {
             const Acts& acts);
   void pool(int dst, int src, Pool kind, const Dims& kernel, const Dims& strides,
             const Dims& dilations, const Dims& pad_begin, const Dims& pad_end);
+  // the mean of src over its spatial axes (a global average pool), summed by the gate of the step
+  // that wrote src (gated.h) as it writes, where that step has one and src's layout puts channels
+  // innermost (nhwc, nChw16c); else oneDNN's pooling
+  void mean_in_gate(int dst, int src);
   void eltwise(int dst, int src, const Acts& acts, bool in_place);
   void binary(int dst, int a, int b, Bin op, const Acts& acts, bool in_place);
   void batch_norm(int dst, int src, int scale, int bias, int mean, int var, float epsilon,

@@ -130,6 +130,27 @@ std::pair<memory::desc, memory::desc> simplified(const memory::desc& src, const 
   return {memory::desc(dims, src.get_data_type(), s), memory::desc(dims, dst.get_data_type(), d)};
 }
 
+// md as `outer` blocks of `pixels` rows of `inner` values with channels innermost, the layout
+// gated_summed_into sums over (nhwc: N × HW × C; nChw16c: N·⌈C/16⌉ × HW × 16); false for any
+// other (nchw, a view with gaps, blocks of another axis)
+bool channel_minor(const memory::desc& md, int64_t& outer, int64_t& pixels, int64_t& inner) {
+  const int nd = md.get_ndims();
+  if (md.get_format_kind() != memory::format_kind::blocked || nd < 3 || md.get_submemory_offset())
+    return false;
+  const int blocks = md.get_inner_nblks();
+  if (blocks > 1 || (blocks == 1 && md.get_inner_idxs()[0] != 1)) return false;
+  const Dims dims = md.get_dims(), padded = md.get_padded_dims(), s = md.get_strides();
+  inner = blocks ? md.get_inner_blks()[0] : dims[1];
+  pixels = 1;
+  for (int i = nd - 1; i >= 2; --i) {
+    if (s[i] != inner * pixels) return false;
+    pixels *= dims[i];
+  }
+  if (s[1] != (blocks ? inner * pixels : 1) || s[0] != padded[1] * pixels) return false;
+  outer = dims[0] * (padded[1] / inner);
+  return true;
+}
+
 dnnl::algorithm eltwise_alg(Alg a) {
   using A = dnnl::algorithm;
   switch (a) {
@@ -186,6 +207,13 @@ template <class In, class Out>
 void gate_into(Alg gate, const In* x, Out* y, int64_t n) {
   if (gate == Alg::SiLU) gated_into<Gate::SiLU>(x, y, n);
   else gated_into<Gate::GeluTanh>(x, y, n);
+}
+
+template <class In, class Out>
+void gate_summed_into(Alg gate, const In* x, Out* y, int64_t outer, int64_t pixels, int64_t inner,
+                      float* sums, float* partial) {
+  if (gate == Alg::SiLU) gated_summed_into<Gate::SiLU>(x, y, outer, pixels, inner, sums, partial);
+  else gated_summed_into<Gate::GeluTanh>(x, y, outer, pixels, inner, sums, partial);
 }
 
 // oneDNN counts dilation from 0 (dense), ONNX from 1
@@ -252,8 +280,17 @@ struct Arg {
   memory mem;
 };
 
-// the argument of an Exec whose gate writes a bf16 copy of its f32 destination (not oneDNN's)
-constexpr int GATED_INTO = DNNL_ARG_DST_1;
+// the arguments of an Exec whose gate writes a bf16 copy of its f32 destination, and the channel
+// means it sums (the runtime's, not oneDNN's)
+constexpr int GATED_INTO = DNNL_ARG_DST_1, MEANS_INTO = DNNL_ARG_DST_2;
+
+// a global average pool summed by a gate as it writes (mean_in_gate): the gated values' layout
+// (channel_minor), the real channels and where the means go
+struct ChannelMeans {
+  int64_t outer = 0, pixels = 0, inner = 0, batches = 0, channels = 0;
+  memory out;                          // [N, C, 1...], f32 or bf16, bound by finalize()
+  std::vector<float> sums, partial;    // outer·inner; the threads' own rows of them
+};
 
 struct Exec {
   dnnl::primitive prim;                // none: only the gate, over a value in place
@@ -269,6 +306,7 @@ struct Exec {
   int64_t gated_values = 0;            // its values, padding included,
   bool gated_bf16 = false;             // bf16 (else f32);
   memory rounded;                      // or from it (f32) into this bf16 one (GATED_INTO)
+  std::optional<ChannelMeans> means;   // summing the channel means of the result as it goes
 };
 
 struct Partition::Impl {
@@ -531,6 +569,30 @@ struct Partition::Impl {
     return y;
   }
 
+  // dst = src's mean over its pixels per batch and channel, summed by the gate of the step that
+  // wrote src as it writes (gated_summed_into), where that step has one and src's layout puts
+  // channels innermost; false where not (the plan sees neither the layout oneDNN picks nor
+  // whether this build vectorises the gate)
+  bool sum_in_gate(int dst, int src) {
+    int64_t outer, pixels, inner;
+    if (!channel_minor(md_of(src), outer, pixels, inner)) return false;
+    for (auto it = execs.rbegin(); it != execs.rend(); ++it) {
+      const bool writes = std::any_of(it->args.begin(), it->args.end(), [&](const Arg& a) {
+        return (a.key == DNNL_ARG_DST || a.key == GATED_INTO) && a.value == src && !a.has_md;
+      });
+      if (!writes) continue;
+      if (it->gate == Alg::None || it->means) return false;
+      const int y = produce(dst, dense_result(dst));
+      it->args.push_back(use(MEANS_INTO, y));
+      it->means = ChannelMeans{outer, pixels, inner, val(src).shape[0], val(src).shape[1]};
+      Val& v = val(y);   // written at the gate's step, not this one
+      v.first = std::min(v.first, it->step);
+      finish(dst, y);
+      return true;
+    }
+    return false;
+  }
+
   void finish(int dst, int written) {
     if (written != dst) reorder(written, md_of(written), dst, md_of(dst));
   }
@@ -622,6 +684,10 @@ struct Partition::Impl {
           e.rounded = it->second;
           e.bound.erase(it);   // the runtime's, not the primitive's
         }
+        if (auto it = e.bound.find(MEANS_INTO); it != e.bound.end()) {
+          e.means->out = it->second;
+          e.bound.erase(it);
+        }
         const memory::desc md = e.gated.get_desc();
         e.gated_values = int64_t(md.get_size() / memory::data_type_size(md.get_data_type()));
         e.gated_bf16 = md.get_data_type() == dt::bf16;
@@ -667,12 +733,11 @@ struct Partition::Impl {
       else if (e.own) e.own(e);
       void* data = e.gated.get_data_handle();   // where dst is an output, the caller's (run())
       if (e.rounded)
-        gate_into(e.gate, static_cast<const float*>(data), static_cast<uint16_t*>(e.rounded.get_data_handle()),
-                  e.gated_values);
+        run_gate(e, static_cast<const float*>(data), static_cast<uint16_t*>(e.rounded.get_data_handle()));
       else if (e.gated_bf16)
-        gate_into(e.gate, static_cast<const uint16_t*>(data), static_cast<uint16_t*>(data), e.gated_values);
+        run_gate(e, static_cast<const uint16_t*>(data), static_cast<uint16_t*>(data));
       else
-        gate_into(e.gate, static_cast<const float*>(data), static_cast<float*>(data), e.gated_values);
+        run_gate(e, static_cast<const float*>(data), static_cast<float*>(data));
       return;
     }
     if (e.own) return e.own(e);
@@ -685,6 +750,26 @@ struct Partition::Impl {
       return;
     }
     run_primitive(e);
+  }
+
+  template <class In, class Out>
+  void run_gate(Exec& e, const In* x, Out* y) {
+    if (!e.means) return gate_into(e.gate, x, y, e.gated_values);
+    ChannelMeans& m = *e.means;
+    const int64_t width = m.outer * m.inner, per_batch = width / m.batches;
+    m.sums.resize(width);
+    m.partial.resize(size_t(omp_get_max_threads()) * partial_width(width));
+    gate_summed_into(e.gate, x, y, m.outer, m.pixels, m.inner, m.sums.data(), m.partial.data());
+    // sums[n·⌈C⌉ + c] over the real channels (a blocked layout's padding dropped) into [N, C]
+    void* out = m.out.get_data_handle();
+    const bool bf16 = m.out.get_desc().get_data_type() == dt::bf16;
+    for (int64_t i = 0; i < width; ++i) {
+      const int64_t n = i / per_batch, c = i % per_batch;
+      if (c >= m.channels) continue;
+      const float mean = m.sums[i] / float(m.pixels);
+      if (bf16) store1(static_cast<uint16_t*>(out) + n * m.channels + c, mean);
+      else store1(static_cast<float*>(out) + n * m.channels + c, mean);
+    }
   }
 
   void run_primitive(Exec& e) {
@@ -794,6 +879,14 @@ void Partition::pool(int dst, int src, Pool kind, const Dims& kernel, const Dims
   int y = m.produce(dst, pd.dst_desc());
   m.add(pd, dnnl::pooling_forward(pd), {Impl::use(DNNL_ARG_SRC, src), Impl::use(DNNL_ARG_DST, y)});
   m.finish(dst, y);
+}
+
+void Partition::mean_in_gate(int dst, int src) {
+  Impl& m = *impl_;
+  if (m.sum_in_gate(dst, src)) return;
+  const Dims& shape = m.val(src).shape;
+  const Dims spatial(shape.begin() + 2, shape.end()), ones(spatial.size(), 1), zeros(spatial.size(), 0);
+  pool(dst, src, Pool::AvgExcludePad, spatial, ones, ones, zeros, zeros);
 }
 
 void Partition::eltwise(int dst, int src, const Acts& acts, bool in_place) {

@@ -65,6 +65,9 @@ inline void store16(uint16_t* p, __m512 x) {
 // the first n < 16 values (the rest of a row), the other lanes 0; and their store
 inline __mmask16 first(int64_t n) { return __mmask16((1u << n) - 1); }
 inline __m512 load16(const float* p, __mmask16 k) { return _mm512_maskz_loadu_ps(k, p); }
+inline __m512 load16(const uint16_t* p, __mmask16 k) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, p)), 16));
+}
 inline void store16(float* p, __m512 x, __mmask16 k) { _mm512_mask_storeu_ps(p, k, x); }
 inline void store16(uint16_t* p, __m512 x, __mmask16 k) {
   alignas(64) uint16_t h[16];
