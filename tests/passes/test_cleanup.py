@@ -25,7 +25,9 @@ def node(op, ins, outs, **attrs):
 
 
 def assert_same_as_original(model: onnx.ModelProto, graph) -> None:
-    """The cleaned graph gives the original model's outputs, exactly, on random inputs."""
+    """The cleaned graph gives the original model's outputs on random inputs, to float32 rounding:
+    a folded constant is a new, dense tensor, and a matrix product over it may sum in another order
+    than over the original's transposed view (one ulp apart on some CPUs)."""
     graph.verify()
     original, cleaned = autofusion.compile(model, level=0), autofusion.compile(graph, level=0)
     for seed in (0, 1):
@@ -35,7 +37,7 @@ def assert_same_as_original(model: onnx.ModelProto, graph) -> None:
         want, got = original.run(feeds), cleaned.run(feeds)
         assert want.keys() == got.keys()
         for name in want:
-            np.testing.assert_array_equal(got[name], want[name])
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-6, atol=1e-6)
 
 
 # ---- constant folding ------------------------------------------------------------------------
