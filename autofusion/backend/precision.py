@@ -151,8 +151,9 @@ def unfused(node: Node, arrays: list) -> list[np.ndarray]:
     """The node's fp32 outputs through its decomposition into standard ops (itself if standard)."""
     if node.domain != FUSED_DOMAIN:
         return evaluate_node(node, arrays)
-    body = decompose(node)
-    values = propagate(body, {b.name: a for b, a in zip(body.inputs, arrays) if b is not None})
+    body = decompose(node)   # its inputs are in0, in1, … by the node's input positions
+    values = propagate(body, {f"in{i}": a for i, (v, a) in enumerate(zip(node.inputs, arrays))
+                              if v is not None})
     return [values[v] for v in body.outputs]
 
 

@@ -189,6 +189,23 @@ def cancelling_attention() -> onnx.ModelProto:
 
 
 @runs_native
+def test_the_guard_checks_a_fusion_with_an_input_left_out():
+    """A residual convolution without a bias (inputs x, w, none, residual): its decomposition
+    reads in0, in1 and in3, and the guard feeds each its own array."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((16, 8, 1, 1)).astype(np.float32), "w")
+    model = _model([helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Add", ["c", "r"], ["y"])],
+                   [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 8, 8]),
+                    helper.make_tensor_value_info("r", TensorProto.FLOAT, [1, 16, 8, 8])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 8, 8])], [w])
+    m = autofusion.compile(model, precision="bf16")
+    (conv,) = m.graph.nodes
+    assert [v is None for v in conv.inputs] == [False, False, True, False]
+    (checked,) = m.report.precision["checked"]
+    assert checked["error_fp32"] < 1e-6 and checked["error_reduced"] < P.TOLERANCE
+
+
+@runs_native
 def test_a_sharp_softmax_stays_accurate_in_bf16_as_its_scores_are_fp32():
     """An attention's q·kᵀ and softmax run in fp32 at any precision (runtime.cpp attention): the
     large-magnitude softmax that bf16 scores would get wrong needs no guard."""
