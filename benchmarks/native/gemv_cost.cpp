@@ -48,12 +48,19 @@ int main() {
       memory wm(pd.weights_desc(), eng), xm(x_md, eng), ym(y_md, eng), bm(b_md, eng, b.data());
       reorder(w_f32, wm).execute(s, w_f32, wm);
       reorder(x_f32, xm).execute(s, x_f32, xm);
-      // the runtime's operands: W plain (f32) or in pairs of rows (bf16), x as the product reads it
+      // the runtime's operands: W panelled (f32 rows, or bf16 row pairs), x as the product reads it
       memory w_plain({{k, n}, type, tag::ab}, eng);
       reorder(w_f32, w_plain).execute(s, w_f32, w_plain);
-      std::vector<uint16_t> pairs((k + 1) / 2 * n * 2);
-      if (type == dt::bf16) af::pair_rows(static_cast<const uint16_t*>(w_plain.get_data_handle()), k, n, pairs.data());
-      std::vector<float> sums(size_t(omp_get_max_threads()) * n), y(n);
+      s.wait();
+      std::vector<float> w_panels, y(n);
+      std::vector<uint16_t> pair_panels;
+      if (type == dt::f32) {
+        w_panels.resize(af::panelled_size<float>(k, n));
+        af::panelled(static_cast<const float*>(w_plain.get_data_handle()), k, n, w_panels.data());
+      } else {
+        pair_panels.resize(af::panelled_size<uint16_t>(k, n));
+        af::panelled(static_cast<const uint16_t*>(w_plain.get_data_handle()), k, n, pair_panels.data());
+      }
       std::vector<uint32_t> padded((k + 1) / 2);
       s.wait();
       matmul product(pd);
@@ -63,10 +70,10 @@ int main() {
       };
       auto runtime = [&] {
         if (type == dt::f32)
-          af::gemv(x.data(), static_cast<const float*>(w_plain.get_data_handle()), b.data(), y.data(), k, n, sums.data());
+          af::gemv(x.data(), w_panels.data(), b.data(), y.data(), k, n);
         else
-          af::gemv(static_cast<const uint16_t*>(xm.get_data_handle()), pairs.data(), b.data(), y.data(), k, n,
-                   sums.data(), padded.data());
+          af::gemv(static_cast<const uint16_t*>(xm.get_data_handle()), pair_panels.data(), b.data(), y.data(), k, n,
+                   padded.data());
       };
       for (bool cold : {false, true}) {
         std::vector<double> a, r;

@@ -66,7 +66,7 @@ def test_a_row_written_in_bf16_by_one_product_and_read_by_the_next():
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_threads_split_the_rows_and_add_their_sums(threads):
+def test_threads_split_the_column_panels(threads):
     g, w, b = linear(1280, 1000)
     x = RNG.standard_normal((1, 1280)).astype(np.float32)
     (y,) = autofusion.compile(g, level=0, backend="native", threads=threads).run({"x": x}).values()

@@ -541,32 +541,31 @@ struct Partition::Impl {
   // the id written, for finish()
   int gemv(int dst, int x, int w, int bias, const memory::desc& out, int64_t k, int64_t n) {
     const bool bf16 = compute == dt::bf16, to_bf16 = out.get_data_type() == dt::bf16;
-    memory weights = constant_as(w, plain({k, n}, compute));
-    if (bf16) {
-      memory pairs(memory::desc({(k + 1) / 2, n, 2}, dt::bf16, tag::abc), eng);
-      pair_rows(static_cast<const uint16_t*>(weights.get_data_handle()), k, n,
-                static_cast<uint16_t*>(pairs.get_data_handle()));
-      weights = pairs;
-    }
+    const memory rows = constant_as(w, plain({k, n}, compute));
+    const int64_t size = bf16 ? panelled_size<uint16_t>(k, n) : panelled_size<float>(k, n);
+    memory weights(memory::desc({size}, compute, tag::a), eng);
+    if (bf16)
+      panelled(static_cast<const uint16_t*>(rows.get_data_handle()), k, n,
+               static_cast<uint16_t*>(weights.get_data_handle()));
+    else
+      panelled(static_cast<const float*>(rows.get_data_handle()), k, n,
+               static_cast<float*>(weights.get_data_handle()));
     int y = produce(dst, out);
     Exec own{dnnl::primitive(), {use(DNNL_ARG_SRC, x), owned(DNNL_ARG_WEIGHTS, weights), view(DNNL_ARG_DST, y, out)},
              {}, node, step};
     if (bias >= 0) own.args.push_back(owned(DNNL_ARG_BIAS, constant_as(bias, plain({n}))));
-    auto sums = std::make_shared<std::vector<float>>();   // per thread n
     auto padded = std::make_shared<std::vector<uint32_t>>((k + 1) / 2);
     const bool has_bias = bias >= 0;
     own.own = [=](Exec& e) {
-      sums->resize(std::max(sums->size(), size_t(omp_get_max_threads()) * n));
       const void* xs = e.bound[DNNL_ARG_SRC].get_data_handle();
       const void* ws = e.bound[DNNL_ARG_WEIGHTS].get_data_handle();
       const float* b = has_bias ? static_cast<const float*>(e.bound[DNNL_ARG_BIAS].get_data_handle()) : nullptr;
       void* ys = e.bound[DNNL_ARG_DST].get_data_handle();
       auto run = [&](auto* y) {
         if (bf16)
-          af::gemv(static_cast<const uint16_t*>(xs), static_cast<const uint16_t*>(ws), b, y, k, n,
-                   sums->data(), padded->data());
+          af::gemv(static_cast<const uint16_t*>(xs), static_cast<const uint16_t*>(ws), b, y, k, n, padded->data());
         else
-          af::gemv(static_cast<const float*>(xs), static_cast<const float*>(ws), b, y, k, n, sums->data());
+          af::gemv(static_cast<const float*>(xs), static_cast<const float*>(ws), b, y, k, n);
       };
       if (to_bf16) run(static_cast<uint16_t*>(ys));
       else run(static_cast<float*>(ys));
