@@ -542,14 +542,13 @@ struct Partition::Impl {
   int gemv(int dst, int x, int w, int bias, const memory::desc& out, int64_t k, int64_t n) {
     const bool bf16 = compute == dt::bf16, to_bf16 = out.get_data_type() == dt::bf16;
     const memory rows = constant_as(w, plain({k, n}, compute));
-    const int64_t size = bf16 ? panelled_size<uint16_t>(k, n) : panelled_size<float>(k, n);
-    memory weights(memory::desc({size}, compute, tag::a), eng);
-    if (bf16)
-      panelled(static_cast<const uint16_t*>(rows.get_data_handle()), k, n,
-               static_cast<uint16_t*>(weights.get_data_handle()));
-    else
-      panelled(static_cast<const float*>(rows.get_data_handle()), k, n,
-               static_cast<float*>(weights.get_data_handle()));
+    auto panels_of = [&](auto zero) {   // W in gemv.h's panels, of W's element type
+      using W = decltype(zero);
+      memory out(memory::desc({panelled_size<W>(k, n)}, compute, tag::a), eng);
+      panelled(static_cast<const W*>(rows.get_data_handle()), k, n, static_cast<W*>(out.get_data_handle()));
+      return out;
+    };
+    const memory weights = bf16 ? panels_of(uint16_t(0)) : panels_of(0.f);
     int y = produce(dst, out);
     Exec own{dnnl::primitive(), {use(DNNL_ARG_SRC, x), owned(DNNL_ARG_WEIGHTS, weights), view(DNNL_ARG_DST, y, out)},
              {}, node, step};
