@@ -38,7 +38,7 @@ OUTLIER = 1.5   # a profiled run slower than this many times the median is left 
 class NodeTime:
     node: str
     op: str
-    impl: str          # the implementation the plan chose
+    impl: str          # the implementation the plan chose, with what ran it (Plan.via)
     where: str         # "torch" or "native K" (partition K of the plan)
     seconds: float     # per run
     share: float       # of the profiled run's mean wall time
@@ -151,7 +151,7 @@ def summarise(model: CompiledModel, plan: Plan, off: list[float],
             boundaries += (step - sum(times)) / runs
         else:
             rows.append((part.nodes[0], "torch", step / runs))
-    nodes = sorted((NodeTime(n.name, n.op, plan.decisions[n].impl.name, where, t, t / profiled)
+    nodes = sorted((NodeTime(n.name, n.op, plan.via(n), where, t, t / profiled)
                     for n, where, t in rows), key=lambda r: -r.seconds)
     outside = profiled - sum(r.seconds for r in nodes) - boundaries
     name = model.report.model if model.report is not None else model.graph.name

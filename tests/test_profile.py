@@ -50,8 +50,8 @@ def test_every_node_is_timed_once_and_the_shares_add_up(name, backend):
     assert [t.seconds for t in prof.nodes] == sorted((t.seconds for t in prof.nodes), reverse=True)
     assert prof.runs == 10 and 0 <= prof.left_out < 10
     assert prof.median_off > 0 and prof.median_on > 0
-    decisions = {n.name: d for n, d in prof.plan.decisions.items()}
-    assert all(t.impl == decisions[t.node].impl.name for t in prof.nodes)
+    nodes = {n.name: n for n in prof.plan.decisions}
+    assert all(t.impl == prof.plan.via(nodes[t.node]) for t in prof.nodes)
     native = [t for t in prof.nodes if t.where.startswith("native")]
     if backend == "torch" or unavailable() is not None:
         assert not native and prof.boundaries == 0

@@ -68,6 +68,14 @@ class Plan:
     decisions: dict[Node, Decision]
     partitions: list[Partition]       # in execution order; torch partitions hold one node
     precision: str = "fp32"           # what the compile asked the products to compute in
+    # what runs each native node, as its built partition reports (oneDNN's implementation, the
+    # runtime's own loop): the runtime picks some at build time, from layouts only oneDNN knows
+    kernels: dict[Node, str] = field(default_factory=dict)
+
+    def via(self, node: Node) -> str:
+        """The node's implementation, with what runs it where its partition says."""
+        kernel = self.kernels.get(node)
+        return self.decisions[node].impl.name + (f" [{kernel}]" if kernel else "")
 
     @functools.cached_property
     def nan_clamping(self) -> list[str]:
@@ -108,7 +116,7 @@ class Plan:
                                     + (f" in place of {vp.in_place_of.name}" if vp.in_place_of else ""))
                 d = self.decisions[n]
                 at = f" in {d.precision}" if self.precision != "fp32" and d.impl.reduced else ""
-                lines.append(f"    {step:3d} {n.name} ({n.op}) via {d.impl.name}{at}"
+                lines.append(f"    {step:3d} {n.name} ({n.op}) via {self.via(n)}{at}"
                              + (f" -> {'; '.join(outs)}" if outs else ""))
         return "\n".join(lines)
 

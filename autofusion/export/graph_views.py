@@ -299,7 +299,7 @@ def runs_on(plan: Any) -> dict[str, str]:
     for part in plan.partitions:
         for node in part.nodes:
             decision = plan.decisions[node]
-            text = (f"native partition {part.index} via {decision.impl.name}"
+            text = (f"native partition {part.index} via {plan.via(node)}"
                     if part.target == "native" else f"PyTorch via {decision.impl.name}")
             text += "".join(f"; not {name}: {why}" for name, why in decision.refused)
             where[node.name] = text

@@ -32,7 +32,10 @@ def build_partitions(plan: Plan, model: str) -> tuple[dict[int, NativePartition]
     assert isinstance(tc, Toolchain), tc
     library = NativeLibrary.build(tc, source)
     parts = {p.index: p for p in plan.partitions}
-    return {k: NativePartition(library, b, parts[k].nodes) for k, b in bound.items()}, source
+    built = {k: NativePartition(library, b, parts[k].nodes) for k, b in bound.items()}
+    for k, part in built.items():
+        plan.kernels.update(zip(parts[k].nodes, part.kernels))
+    return built, source
 
 
 __all__ = ["NativeBuildError", "NativePartition", "build_partitions", "unavailable"]

@@ -34,6 +34,8 @@ class NativeLibrary:
         lib.af_profile.restype, lib.af_profile.argtypes = None, [_c, ctypes.c_int]
         lib.af_step_times.restype = ctypes.c_int
         lib.af_step_times.argtypes = [_c, ctypes.POINTER(ctypes.c_double), ctypes.c_int]
+        lib.af_step_kernels.restype = ctypes.c_int
+        lib.af_step_kernels.argtypes = [_c, ctypes.c_char_p, ctypes.c_int]
         lib.af_all_finite.restype, lib.af_all_finite.argtypes = ctypes.c_int, [_c, ctypes.c_int64]
         self.path = path
 
@@ -64,6 +66,7 @@ class NativePartition:
         self.arena_bytes = lib.af_arena_bytes(handle)
         weakref.finalize(self, lib.af_free, handle)
         self.steps = len(nodes)   # one per node, in the partition's order
+        self.kernels = self._kernels()
         self.out_shapes = [tuple(v.shape) for v in bound.outputs]
         self.in_types = [(v.name, torch.Size(v.shape)) for v in bound.inputs]
         self.n_in, self.n_out = len(bound.inputs), len(bound.outputs)
@@ -93,6 +96,19 @@ class NativePartition:
                 raise NodeExecutionError(node.describe(), RuntimeError(message))
             raise RuntimeError(message)
         return tuple(outs)
+
+    def _kernels(self) -> list[str]:
+        """Per step, what runs it: oneDNN's implementations, the runtime's own loops ("" for a
+        step with no work of its own: a view, a mean its producer's gate sums)."""
+        lib = self.library.lib
+        size = lib.af_step_kernels(self.handle, None, 0)
+        text = ctypes.create_string_buffer(size)
+        lib.af_step_kernels(self.handle, text, size)
+        lines = text.value.decode().split("\n")[:-1]
+        if len(lines) != self.steps:
+            raise RuntimeError(f"the native partition named kernels for {len(lines)} steps, its "
+                               f"plan has {self.steps}")
+        return lines
 
     def profile(self, on: bool) -> None:
         """Turn step timing on (every count from zero) or off."""

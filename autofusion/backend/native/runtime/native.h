@@ -109,6 +109,9 @@ class Partition {
   // count, zeroed when profiling is turned on; off, run() costs one branch per primitive more
   void profile(bool on);
   const std::vector<double>& step_ns() const;
+  // per step, a line naming what runs it: oneDNN's implementations (a reorder's marked) or the
+  // runtime's own loops (gemv, softmax, a gate, generated kernels), joined by " + "
+  std::string step_kernels() const;
 
  private:
   struct Impl;
@@ -127,6 +130,8 @@ size_t af_arena_bytes(Partition* p);
 void af_profile(Partition* p, int on);
 // copies up to n step counts (ns since profiling was turned on) to out; returns the step count
 int af_step_times(Partition* p, double* out, int n);
+// writes up to n bytes of step_kernels() (NUL-terminated) to out; returns the bytes it needs
+int af_step_kernels(Partition* p, char* out, int n);
 // 1 where none of the n floats is NaN or ±inf (the check for plans that clamp NaN, model.py)
 int af_all_finite(const float* p, int64_t n);
 }

@@ -24,6 +24,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <numeric>
@@ -313,6 +314,7 @@ struct Exec {
   bool gated_bf16 = false;             // bf16 (else f32);
   memory rounded;                      // or from it (f32) into this bf16 one (GATED_INTO)
   std::optional<ChannelMeans> means;   // summing the channel means of the result as it goes
+  std::string kernel;                  // what runs: oneDNN's implementation, or the runtime's loop
 };
 
 struct Partition::Impl {
@@ -397,6 +399,8 @@ struct Partition::Impl {
            const Acts& acts = {}) {
     scratch_size = std::max(scratch_size, pd.scratchpad_desc().get_size());
     execs.push_back(Exec{std::move(prim), std::move(args), {}, node, step});
+    const bool moves = pd.get_kind() == dnnl::primitive::kind::reorder;
+    execs.back().kernel = std::string(moves ? "reorder " : "") + pd.impl_info_str();
     if (Alg gate = gate_after(acts); gate != Alg::None) gate_over_dst(gate);
   }
 
@@ -527,6 +531,7 @@ struct Partition::Impl {
         if (to_bf16) softmax_rows(x, static_cast<uint16_t*>(y), rows, cols, log);
         else softmax_rows(x, static_cast<float*>(y), rows, cols, log);
       };
+      own.kernel = "runtime softmax";
       execs.push_back(std::move(own));
       return;
     }
@@ -569,6 +574,7 @@ struct Partition::Impl {
       if (to_bf16) run(static_cast<uint16_t*>(ys));
       else run(static_cast<float*>(ys));
     };
+    own.kernel = "runtime gemv";
     execs.push_back(std::move(own));
     return y;
   }
@@ -1233,6 +1239,7 @@ void Partition::attention(int dst, int q, int k, int v, int mask, float scale) {
 void Partition::kernel(KernelFn fn, const std::vector<int>& dsts, const std::vector<int>& srcs) {
   Impl& m = *impl_;
   Exec e{dnnl::primitive(), {}, {}, m.node, m.step, fn, {}, {}};
+  e.kernel = "generated";
   for (size_t i = 0; i < srcs.size(); ++i)
     e.args.push_back(Impl::use(DNNL_ARG_MULTIPLE_SRC + int(i),
                                m.ensure(srcs[i], plain(m.val(srcs[i]).shape))));
@@ -1250,6 +1257,22 @@ void Partition::run(void* const* inputs, void* const* outputs) { impl_->run(inpu
 size_t Partition::arena_bytes() const { return impl_->arena_size; }
 void Partition::profile(bool on) { impl_->profile(on); }
 const std::vector<double>& Partition::step_ns() const { return impl_->step_ns; }
+
+std::string Partition::step_kernels() const {
+  std::vector<std::string> steps(impl_->step + 1);
+  for (const Exec& e : impl_->execs) {
+    std::string what = e.kernel;
+    if (e.gate != Alg::None)
+      what += std::string(what.empty() ? "" : " + ") + (e.gate == Alg::SiLU ? "runtime silu" : "runtime tanh-gelu");
+    if (e.means) what += " + channel means";
+    std::string& s = steps[e.step];
+    s += (s.empty() ? "" : " + ") + what;
+  }
+  std::string out;
+  for (const std::string& s : steps) out += s + "\n";
+  return out;
+}
+
 std::string Partition::current_node() const { return impl_->node; }
 
 extern "C" {
@@ -1284,6 +1307,12 @@ void af_free(Partition* p) { delete p; }
 const char* af_error() { return last_error.c_str(); }
 size_t af_arena_bytes(Partition* p) { return p->arena_bytes(); }
 void af_profile(Partition* p, int on) { p->profile(on != 0); }
+
+int af_step_kernels(Partition* p, char* out, int n) {
+  const std::string text = p->step_kernels();
+  if (n > 0) std::snprintf(out, size_t(n), "%s", text.c_str());
+  return int(text.size()) + 1;
+}
 
 int af_step_times(Partition* p, double* out, int n) {
   const std::vector<double>& ns = p->step_ns();
