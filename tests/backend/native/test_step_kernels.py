@@ -29,13 +29,8 @@ def compiled(g, **kw):
 
 
 def linear(rows: int, act: str = ""):
-    w, b = const_array(64, 40), const_array(40)
     return graph({"x": (rows, 64)}, lambda op, x: [(op.FusedMatMul(
-        x, op.constant(w, "w"), op.constant(b, "b"), **activation_attrs(act)), (rows, 40))])
-
-
-def const_array(*shape):
-    return RNG.standard_normal(shape).astype(np.float32)
+        x, const(op, 64, 40), const(op, 40), **activation_attrs(act)), (rows, 40))])
 
 
 def kernel(model, op_type: str) -> str:
