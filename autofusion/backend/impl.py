@@ -40,6 +40,7 @@ class Impl:
     view: bool = False          # native: the outputs may be views of the input's bytes
     overwrites: Any = None      # native: node → the input it may write its output over, if any
     reduced: bool = False       # native: computes in bf16 where the plan says (convs, GEMMs)
+    reorders_output: bool = False   # native: writes its output with its axes in the plan's order
     estimate: Any = None        # node → seconds, where it is not one call over the node's bytes
     doc: str = ""
 

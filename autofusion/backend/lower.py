@@ -49,6 +49,7 @@ class ValuePlan:
     last: int                         # last step that reads it
     in_place_of: Value | None = None  # its producer writes over this input's bytes
     bf16: bool = False                # only products in bf16 read it: a product writes it in bf16
+    order: tuple[int, ...] | None = None   # its axes in memory, outermost first (None: as they are)
 
 
 @dataclass
@@ -111,7 +112,8 @@ class Plan:
                 for v in n.outputs:
                     vp = part.values.get(v)
                     if vp is not None:
-                        outs.append(f"{v.name} {vp.layout}{' bf16' if vp.bf16 else ''} "
+                        order = f" order {','.join(map(str, vp.order))}" if vp.order else ""
+                        outs.append(f"{v.name} {vp.layout}{' bf16' if vp.bf16 else ''}{order} "
                                     f"steps {vp.first}-{vp.last}"
                                     + (f" in place of {vp.in_place_of.name}" if vp.in_place_of else ""))
                 d = self.decisions[n]
@@ -222,6 +224,22 @@ def _read_by_bf16_products_only(part: Partition, decisions: dict[Node, Decision]
     return only
 
 
+def _order_for_reader(writer: Node, reads: list[tuple[Node, int]],
+                      decisions: dict[Node, Decision]) -> tuple[int, ...] | None:
+    """The axis order a writer that can reorder its output stores it in: that of the one
+    Transpose that reads it, when the transpose keeps the last axis last (an attention's heads
+    merged back, [B,H,S,D] → [B,S,H,D]). The transpose's output is then dense, and the reshape
+    after it a view, where it would be a copy."""
+    if not decisions[writer].impl.reorders_output or len(reads) != 1:
+        return None
+    reader = reads[0][0]
+    if reader.op_type != "Transpose" or not decisions[reader].impl.view:
+        return None
+    rank = reader.inputs[0].rank
+    perm = tuple(reader.attr("perm") or range(rank)[::-1])
+    return perm if perm[-1] == rank - 1 and perm != tuple(range(rank)) else None
+
+
 def plan_values(part: Partition, decisions: dict[Node, Decision], graph: Graph) -> None:
     """Boundary, layouts, lifetimes and in-place steps of one native partition."""
     step_of = {n: i for i, n in enumerate(part.nodes)}
@@ -254,7 +272,8 @@ def plan_values(part: Partition, decisions: dict[Node, Decision], graph: Graph) 
             plain = any(decisions[r].impl.reads_plain(i) for r, i in reads)
             bf16 = decisions[n].precision == "bf16" and decisions[n].impl.reduced and bf16_only(v)
             part.values[v] = ValuePlan("plain" if plain else "any", step_of[n],
-                                       max(step_of[r] for r, _ in reads), bf16=bf16)
+                                       max(step_of[r] for r, _ in reads), bf16=bf16,
+                                       order=_order_for_reader(n, reads, decisions))
 
     # in place: an eltwise/binary step may write over its first operand when that operand, and
     # every view of its bytes, is read for the last time by this step

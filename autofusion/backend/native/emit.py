@@ -53,8 +53,10 @@ class PartitionSource:
             self.decls.append(f"  p.output({self._new(v)}, {slot}, {dims(v.shape)});   // {v.name}")
         for v, vp in part.values.items():
             layout = "Layout::Plain" if vp.layout == "plain" else "Layout::Any"
+            extra = f", {self.bool(vp.bf16)}, {dims(vp.order)}" if vp.order else \
+                (", true" if vp.bf16 else "")
             self.decls.append(f"  p.value({self._new(v)}, {dims(v.shape)}, {vp.first}, {vp.last}, "
-                              f"{layout}{', true' if vp.bf16 else ''});   // {v.name}")
+                              f"{layout}{extra});   // {v.name}")
 
     def _new(self, v: Value | None) -> int:
         k, self.count = self.count, self.count + 1

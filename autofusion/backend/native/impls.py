@@ -30,18 +30,21 @@ Emitter = Callable[[Node, PartitionSource], str]
 def native(*ops: str, check: Callable[[Node], str | None], plain: tuple[int, ...] | str = (),
            tensors: tuple[int, ...] | None = None, view: bool = False,
            overwrites: Callable[[Node], Value | None] | None = None, name: str = "onednn",
-           reduced: bool = False, estimate: Callable[[Node], float] | None = None):
+           reduced: bool = False, estimate: Callable[[Node], float] | None = None,
+           reorders_output: bool = False):
     """Register an emitter as the native implementation `name` of ops. `tensors`: the inputs the
     step reads at run time (default all); the others (shapes, axes) are read at compile time.
     `overwrites`: the input an elementwise step may write its output over (the plan decides).
     `reduced`: its products run in bf16 where the plan's precision says (runtime/native.h).
-    `estimate`: its cost in seconds, where it is not one call over the node's bytes."""
+    `estimate`: its cost in seconds, where it is not one call over the node's bytes.
+    `reorders_output`: it can store its output with the axes in another order, the last kept
+    innermost (the plan's ValuePlan.order)."""
     def deco(emit: Emitter) -> Emitter:
         for op in ops:
             register(op, Impl(name, "native", check, emit=emit,
                               plain_inputs=plain if plain == "all" else frozenset(plain),
                               tensor_inputs=tensors, view=view, overwrites=overwrites,
-                              reduced=reduced, estimate=estimate,
+                              reduced=reduced, estimate=estimate, reorders_output=reorders_output,
                               doc=(emit.__doc__ or "").strip()))
         return emit
     return deco
@@ -632,7 +635,8 @@ def check_attention(node: Node) -> str | None:
     return None
 
 
-@native(fused("Attention"), check=check_attention, plain=(0, 1, 2, 3), reduced=True)
+@native(fused("Attention"), check=check_attention, plain=(0, 1, 2, 3), reduced=True,
+        reorders_output=True)
 def emit_attention(node: Node, p: PartitionSource) -> str:
     """q·kᵀ with the scale and mask as post-ops, softmax, then ·v: three oneDNN primitives."""
     mask = node.input(3)

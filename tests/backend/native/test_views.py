@@ -162,3 +162,84 @@ def test_a_step_never_writes_over_bytes_a_later_view_shows():
     part = model.plan.partitions[0]
     relu = next(n for n in part.nodes if n.op_type == "Relu")
     assert part.values[relu.outputs[0]].in_place_of is None
+
+
+RNG_VIEWS = np.random.default_rng(7)
+
+
+def check_native_level2(g):
+    """The graph at level 2 runs fully native and equals the torch backend at level 0."""
+    model = autofusion.compile(g, level=2, backend="native")
+    assert all(d.impl.target == "native" for d in model.plan.decisions.values())
+    feeds = {v.name: RNG_VIEWS.standard_normal(v.shape).astype(np.float32) for v in g.inputs}
+    got, want = model.run(feeds), autofusion.compile(g, level=0, backend="torch").run(feeds)
+    for name in want:
+        assert np.abs(got[name] - want[name]).max() <= 1e-5 * max(1.0, np.abs(want[name]).max())
+    return model
+
+
+def heads_attention(op, q, k, v, weight, heads_read_twice=False):
+    """softmax(q·kᵀ/√d)·v over [1,H,S,D] heads, merged back to [1,S,H·D] by Transpose and
+    Reshape and projected, as BERT and GPT-2 export it; `heads_read_twice`: the attention's
+    output is also a graph output."""
+    _, h, s, d = q.shape
+    kt = shaped(op.Transpose(k, perm=[0, 1, 3, 2]), (1, h, d, s))
+    scores = shaped(op.Div(op.MatMul(q, kt), op.constant(np.array(d ** 0.5, np.float32), "sqrt_d")),
+                    (1, h, s, s))
+    out = shaped(op.MatMul(shaped(op.Softmax(scores, axis=-1), (1, h, s, s)), v), (1, h, s, d))
+    back = shaped(op.Transpose(out, perm=[0, 2, 1, 3]), (1, s, h, d))
+    merged = shaped(op.Reshape(back, op.constant(ints(1, s, h * d), "s")), (1, s, h * d))
+    outs = [(op.MatMul(merged, weight), (1, s, weight.shape[1]))]
+    return outs + [(out, (1, h, s, d))] if heads_read_twice else outs
+
+
+def attention_case(heads_read_twice=False):
+    shape = (1, 3, 10, 8)
+    return graph({"q": shape, "k": shape, "v": shape},
+                 lambda op, q, k, v: heads_attention(op, q, k, v, const(op, 24, 5), heads_read_twice))
+
+
+def attention_and_reshape(model):
+    (part,) = model.plan.partitions
+    (attention,) = [n for n in part.nodes if n.op_type == "Attention"]
+    (reshape,) = [n for n in part.nodes if n.op_type == "Reshape"]
+    return part, attention, reshape
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_an_attention_writes_its_heads_merged_back_and_the_reshape_after_is_a_view(precision):
+    g = attention_case()
+    model = autofusion.compile(g, level=2, backend="native", precision=precision)
+    part, attention, reshape = attention_and_reshape(model)
+    assert part.values[attention.outputs[0]].order == (0, 2, 1, 3)
+    assert "order 0,2,1,3" in str(model.plan)
+    assert model.plan.kernels[reshape] == ""            # a view: nothing runs
+    assert model.plan.kernels[attention].rsplit(" + ", 1)[-1].startswith("brg")   # p·v
+    feeds = {v.name: RNG_VIEWS.standard_normal(v.shape).astype(np.float32) for v in g.inputs}
+    got = model.run(feeds)
+    want = autofusion.compile(g, level=0, backend="torch").run(feeds)
+    (name,) = want
+    bound = 1e-5 if precision == "fp32" else 2e-2   # bf16: p·v's operands rounded to 8 bits
+    assert np.abs(got[name] - want[name]).max() <= bound * np.abs(want[name]).max()
+
+
+def test_the_heads_of_a_vit_are_merged_back_as_the_product_writes_them():
+    # three axes ([H,S,D] stored [S,H,D]): still oneDNN's brgemm for p·v
+    model = check_native_level2(graph({"x": (7, 1, 8)}, lambda op, x: [
+        (vit_head_split(op, x, const(op, 8, 24)), (7, 8))]))
+    (attention,) = [n for n in model.plan.partitions[0].nodes if n.op_type == "Attention"]
+    assert model.plan.partitions[0].values[attention.outputs[0]].order == (1, 0, 2)
+    assert model.plan.kernels[attention].rsplit(" + ", 1)[-1].startswith("brg")
+
+
+def test_an_attention_read_by_more_than_the_transpose_keeps_its_axes_in_order():
+    g = attention_case(heads_read_twice=True)
+    model = autofusion.compile(g, level=2, backend="native")
+    part, attention, reshape = attention_and_reshape(model)
+    assert attention.outputs[0] not in part.values or part.values[attention.outputs[0]].order is None
+    assert "reorder" in model.plan.kernels[reshape]     # the transposed heads copied dense
+    feeds = {v.name: RNG_VIEWS.standard_normal(v.shape).astype(np.float32) for v in g.inputs}
+    got, want = model.run(feeds), autofusion.compile(g, level=0, backend="torch").run(feeds)
+    for name in want:
+        assert np.abs(got[name] - want[name]).max() <= 1e-5 * max(1.0, np.abs(want[name]).max())
+

@@ -60,8 +60,11 @@ class Partition {
   void input(int id, int slot, const Dims& shape);
   void output(int id, int slot, const Dims& shape);
   void constant(int id, int slot, const Dims& shape);
-  // bf16_only: only products in bf16 read it (as operands): a step writing it dense writes bf16
-  void value(int id, const Dims& shape, int first, int last, Layout layout, bool bf16_only = false);
+  // bf16_only: only products in bf16 read it (as operands): a step writing it dense writes bf16;
+  // order: its axes in memory, outermost first, where a step writing it dense can store them so
+  // (empty: row-major)
+  void value(int id, const Dims& shape, int first, int last, Layout layout, bool bf16_only = false,
+             const Dims& order = {});
 
   // ---- steps: node() starts the next one (its name goes into every error it raises)
   void node(const char* name, Precision precision = Precision::F32);
