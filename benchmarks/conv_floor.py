@@ -16,6 +16,8 @@ flags and oneDNN) and runs it with the given threads:
                       the runtime's own (runtime/gated.h): what oneDNN's SiLU and GELU cost
     softmax_cost      oneDNN's softmax over attention scores (ViT-B, BERT-Base) against the
                       runtime's own row loop (runtime/softmax.h)
+    layernorm_cost    oneDNN's layer normalization (with the residual add before it, for BERT)
+                      against the runtime's own row loop (runtime/layernorm.h)
     gemv_cost         oneDNN's matmul for the zoo's classifier heads at batch 1, f32 and bf16,
                       weights warm and cold, against the runtime's own (runtime/gemv.h)
 

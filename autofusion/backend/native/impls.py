@@ -570,7 +570,9 @@ def check_layer_norm(node: Node) -> str | None:
 
 @native(fused("LayerNorm"), check=check_layer_norm, plain=(0, 3))
 def emit_layer_norm(node: Node, p: PartitionSource) -> str:
-    """The residual added into a temporary, then oneDNN layer normalization over the trailing axes."""
+    """Layer normalization over the trailing axes of x (+ the residual): the runtime's own row loop
+    where the result is dense (runtime/layernorm.h), else oneDNN's binary add and layer
+    normalization."""
     axis = _norm_axis(node)
     return p.call("layer_norm", p.out(node), p.ref(node.inputs[0]), p.ref(node.input(1)),
                   p.ref(node.input(2)), p.ref(node.input(3)), axis, p.float(node.attr("epsilon", 1e-5)))
@@ -589,7 +591,7 @@ def check_onnx_layer_norm(node: Node) -> str | None:
 
 @native("LayerNormalization", check=check_onnx_layer_norm, plain=(0,), tensors=(0,))
 def emit_onnx_layer_norm(node: Node, p: PartitionSource) -> str:
-    """ONNX's LayerNormalization (its Mean and InvStdDev outputs unused) as oneDNN's."""
+    """ONNX's LayerNormalization (its Mean and InvStdDev outputs unused) as the fused LayerNorm."""
     return p.call("layer_norm", p.out(node), p.ref(node.inputs[0]), p.ref(node.input(1)),
                   p.ref(node.input(2)), -1, _norm_axis(node), p.float(node.attr("epsilon", 1e-5)))
 

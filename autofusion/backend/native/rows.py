@@ -73,7 +73,7 @@ def emit_rms_norm(node: Node, p: PartitionSource) -> str:
 
 def check_rms_norm_matmul(node: Node) -> str | None:
     if node.attr("norm") != "RMSNorm":
-        return "a LayerNorm: oneDNN's layer normalization runs it"
+        return "a LayerNorm: the runtime's layer norm runs it"
     return first(dense(node), None if _linear_weights(node) is not None else "not a linear layer",
                  None if node.input(3) is None or node.input(3).shape == node.inputs[0].shape else
                  "the residual broadcasts")

@@ -487,6 +487,23 @@ def test_layer_norm(residual, affine):
         axis=-1, epsilon=1e-5), (2, 7, 32))]))
 
 
+@pytest.mark.parametrize("cols", [1, 7, 16, 80, 197, 768])
+@pytest.mark.parametrize("residual", [False, True])
+def test_runtime_layer_norm_over_rows(cols, residual):
+    """The runtime's own row loop (layernorm.h): rows shorter than a vector, with a tail, a
+    multiple of 16 but not of 64 (the four sums), BERT's 768; enough rows to split across
+    threads; a row offset by 1e4 (float32 holds its values to ~1e-3, hence the bound; the
+    variance as E[t²] - mean² would be off by more than the variance itself); a row holding
+    NaN or an infinity is NaN throughout, as in torch."""
+    rows = max(3, (1 << 15) // cols + 1)
+    x = RNG.standard_normal((rows, cols)).astype(np.float32) * 3
+    x[0] += 1e4
+    x[1, 0], x[2, -1] = np.nan, np.inf
+    check_native(graph({"x": (rows, cols), "r": (rows, cols)}, lambda op, x, r: [(op.LayerNorm(
+        x, const(op, cols), const(op, cols), r if residual else None, axis=-1, epsilon=1e-5),
+        (rows, cols))]), {"x": x, "r": RNG.standard_normal((rows, cols)).astype(np.float32)}, bound=1e-3)
+
+
 def test_layer_norm_over_two_axes():
     check_native(graph({"x": (3, 4, 5)}, lambda op, x: [(op.LayerNorm(x, const(op, 4, 5), axis=1), (3, 4, 5))]))
 
@@ -642,7 +659,7 @@ def test_rms_norm_refuses_a_scale_that_broadcasts():
     assert "broadcasts" in refusal(g)
 
 
-def test_the_generated_norm_matmul_leaves_layer_norm_to_onednn():
+def test_the_generated_norm_matmul_leaves_layer_norm_to_the_runtime():
     g = graph({"x": (1, 5, 24)}, lambda op, x: [(op.NormMatMul(x, const(op, 24, 40), norm="LayerNorm",
                                                                epsilon=1e-5), (1, 5, 40))])
     generated = next(i for i in implementations(g.nodes[0].op, "native") if i.name == "generated")

@@ -57,6 +57,14 @@ def test_a_softmax_over_dense_rows_is_the_runtimes_own():
 
 
 @own_loops
+@pytest.mark.parametrize("residual", [False, True])
+def test_a_layer_norm_over_dense_rows_is_the_runtimes_own(residual):
+    g = graph({"x": (4, 100), "r": (4, 100)}, lambda op, x, r: [(op.LayerNorm(
+        x, const(op, 100), None, r if residual else None, axis=-1), (4, 100))])
+    assert kernel(compiled(g), "LayerNorm") == "runtime layernorm"
+
+
+@own_loops
 @pytest.mark.parametrize("act, gate", [("SiLU", "runtime silu"), ("GeluTanh", "runtime tanh-gelu"),
                                        ("Relu", None)])
 def test_a_convolution_names_the_gate_the_runtime_computes_after_it(act, gate):

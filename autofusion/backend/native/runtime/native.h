@@ -91,7 +91,8 @@ class Partition {
               const Acts& acts);
   void concat(int dst, const std::vector<int>& srcs, int axis);
   void softmax(int dst, int src, int axis, bool log);
-  // layer norm over the axes from `axis` on of (src + residual); scale/bias constants or -1
+  // layer norm over the axes from `axis` on of (src + residual); scale/bias constants or -1; the
+  // runtime's own row loop where dst is dense (layernorm.h), else oneDNN's
   void layer_norm(int dst, int src, int scale, int bias, int residual, int axis, float epsilon);
   void transpose(int dst, int src, const std::vector<int>& perm);
   // the block of src at `offsets` of extent `sizes` (src's rank; dst may drop unit axes)

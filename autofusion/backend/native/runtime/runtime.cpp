@@ -10,12 +10,14 @@
 // buffers and executes the primitives in order; with profiling on it also adds each primitive's
 // time to its step's count (af_profile, af_step_times). A step whose last activation is SiLU
 // or tanh-GELU runs its primitive without it and the activation after, over the result in place
-// (gated.h); a softmax over dense rows is the runtime's own loop (softmax.h). A transpose, a
-// block or a reshape makes no copy: its value is a view of its input's bytes (an alias, a byte
-// offset, strides), copied once by the first reader that needs it dense (ensure(), dense()).
+// (gated.h); a softmax or a layer norm over dense rows is the runtime's own loop (softmax.h,
+// layernorm.h). A transpose, a block or a reshape makes no copy: its value is a view of its
+// input's bytes (an alias, a byte offset, strides), copied once by the first reader that needs
+// it dense (ensure(), dense()).
 #include "native.h"
 #include "gated.h"
 #include "gemv.h"
+#include "layernorm.h"
 #include "softmax.h"
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -1092,10 +1094,35 @@ void Partition::layer_norm(int dst, int src, int scale, int bias, int residual, 
   const Dims& shape = m.val(src).shape;
   int64_t rows = std::accumulate(shape.begin(), shape.begin() + axis, int64_t(1), std::multiplies<>());
   int64_t cols = std::accumulate(shape.begin() + axis, shape.end(), int64_t(1), std::multiplies<>());
-  memory::desc md2 = plain({rows, cols});
   int x = m.ensure(src, plain(shape));
-  if (residual >= 0) {   // x + residual first, into a temporary
-    int r = m.ensure(residual, plain(m.val(residual).shape));
+  int r = residual >= 0 ? m.ensure(residual, plain(m.val(residual).shape)) : -1;
+  const memory::desc out = m.dense_result(dst);
+  auto constant = [&](int key, int id) { return Impl::owned(key, m.constant_as(id, plain({cols}))); };
+  if (VECTORISED && out == plain(shape, out.get_data_type())) {   // the runtime's own (layernorm.h)
+    int y = m.produce(dst, out);
+    Exec own{dnnl::primitive(), {Impl::use(DNNL_ARG_SRC, x), Impl::use(DNNL_ARG_DST, y)}, {}, m.node, m.step};
+    if (r >= 0) own.args.push_back(Impl::use(DNNL_ARG_SRC_1, r));
+    if (scale >= 0) own.args.push_back(constant(DNNL_ARG_SCALE, scale));
+    if (bias >= 0) own.args.push_back(constant(DNNL_ARG_SHIFT, bias));
+    const bool to_bf16 = out.get_data_type() == dt::bf16;
+    own.own = [=](Exec& e) {
+      auto data = [&](int key) {
+        auto it = e.bound.find(key);
+        return it == e.bound.end() ? nullptr : static_cast<const float*>(it->second.get_data_handle());
+      };
+      const float *xs = data(DNNL_ARG_SRC), *rs = data(DNNL_ARG_SRC_1);
+      const float *g = data(DNNL_ARG_SCALE), *b = data(DNNL_ARG_SHIFT);
+      void* ys = e.bound[DNNL_ARG_DST].get_data_handle();
+      if (to_bf16) layer_norm_rows(xs, rs, g, b, static_cast<uint16_t*>(ys), rows, cols, epsilon);
+      else layer_norm_rows(xs, rs, g, b, static_cast<float*>(ys), rows, cols, epsilon);
+    };
+    own.kernel = "runtime layernorm";
+    m.execs.push_back(std::move(own));
+    m.finish(dst, y);
+    return;
+  }
+  memory::desc md2 = plain({rows, cols});
+  if (r >= 0) {   // x + residual first, into a temporary
     int sum = m.temp(plain(shape));
     dnnl::binary::primitive_desc add(m.eng, dnnl::algorithm::binary_add, plain(shape),
                                      m.md_of(r), plain(shape), m.attr({}));
@@ -1106,13 +1133,13 @@ void Partition::layer_norm(int dst, int src, int scale, int bias, int residual, 
   auto flags = dnnl::normalization_flags::none;
   if (scale >= 0) flags = flags | dnnl::normalization_flags::use_scale;
   if (bias >= 0) flags = flags | dnnl::normalization_flags::use_shift;
-  const memory::desc out = m.dense_result(dst), out2 = plain({rows, cols}, out.get_data_type());
+  const memory::desc out2 = plain({rows, cols}, out.get_data_type());
   dnnl::layer_normalization_forward::primitive_desc pd(
       m.eng, dnnl::prop_kind::forward_inference, md2, out2, epsilon, flags, m.attr({}));
   int y = m.produce(dst, out);
   std::vector<Arg> args{Impl::view(DNNL_ARG_SRC, x, md2), Impl::view(DNNL_ARG_DST, y, out2)};
-  if (scale >= 0) args.push_back(Impl::owned(DNNL_ARG_SCALE, m.constant_as(scale, plain({cols}))));
-  if (bias >= 0) args.push_back(Impl::owned(DNNL_ARG_SHIFT, m.constant_as(bias, plain({cols}))));
+  if (scale >= 0) args.push_back(constant(DNNL_ARG_SCALE, scale));
+  if (bias >= 0) args.push_back(constant(DNNL_ARG_SHIFT, bias));
   m.add(pd, dnnl::layer_normalization_forward(pd), std::move(args));
   m.finish(dst, y);
 }
