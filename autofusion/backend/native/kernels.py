@@ -39,9 +39,10 @@ are static (native partitions are specialised per shape).
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass, field
 
-from ...ir import DType, Node
+from ...ir import DType, Graph, Node
 from ...ir.builder import fused
 from ...ir.fused_ops import typed_body
 from ...ir.region_space import VIEWS, LayoutError, Space, data_inputs
@@ -86,24 +87,39 @@ def refusal(node: Node) -> str | None:
         body = typed_body(node)
     except (ValueError, KeyError, TypeError) as e:
         return f"its body cannot be typed for these inputs: {e}"
+    return _laid_out(body)[1]
+
+
+# per typed body (fused_ops.typed_body makes one per body and input types): its iteration space
+# and why it cannot be one kernel. The native and torch plans both ask, and the emitter lays it
+# out: laying out a region of 1000 ops three times took 2 s of the 30,000-op chain's compile
+_LAID_OUT: weakref.WeakKeyDictionary[Graph, tuple[Space | None, str | None]] = weakref.WeakKeyDictionary()
+
+
+def _laid_out(body: Graph) -> tuple[Space | None, str | None]:
+    if body not in _LAID_OUT:
+        _LAID_OUT[body] = _lay_out(body)
+    return _LAID_OUT[body]
+
+
+def _lay_out(body: Graph) -> tuple[Space | None, str | None]:
     for v in [*body.inputs, *(v for n in body.nodes for v in [*data_inputs(n), n.outputs[0]])]:
         if v is None:
             continue
         if v.dtype != DType.FLOAT:
-            return f"{v.name!r} is not float32"
+            return None, f"{v.name!r} is not float32"
         if not v.is_static:
-            return f"{v.name!r} has shape {v.type_str()}: generated kernels need static shapes"
+            return None, f"{v.name!r} has shape {v.type_str()}: generated kernels need static shapes"
     for v in body.constants.values():
         if v.const.size != 1 and v.dtype == DType.FLOAT:
-            return f"its constant {v.name!r} is not a scalar"
+            return None, f"its constant {v.name!r} is not a scalar"
     for n in body.nodes:
         if expression(n) is None and n.op not in ROW_OPS and n.op not in VIEWS:
-            return f"{n.op} has no scalar expression"
+            return None, f"{n.op} has no scalar expression"
     try:
-        Space.of(body.nodes)
+        return Space.of(body.nodes), None
     except LayoutError as e:
-        return f"its body is not one iteration space: {e}"
-    return None
+        return None, f"its body is not one iteration space: {e}"
 
 
 class _Body:
@@ -111,7 +127,10 @@ class _Body:
 
     def __init__(self, node: Node):
         self.body = body = typed_body(node)
-        self.space = space = Space.of(body.nodes)
+        space, why = _laid_out(body)
+        if space is None:
+            raise ValueError(f"region {node.name!r}: {why}")
+        self.space = space
         self.sizes = space.sizes
         self.names: dict[int, str] = {id(v): c_float(v.const.reshape(-1)[0]) for v in body.constants.values()
                                       if v.const.size == 1 and v.dtype == DType.FLOAT}
