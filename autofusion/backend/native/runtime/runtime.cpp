@@ -1201,7 +1201,6 @@ void Partition::reshape(int dst, int src) {
   m.view_of(dst, src, viewed);
 }
 
-// md with a unit axis in front, the same bytes
 // md without the axes `dropped` (each of size 1), and with one axis of size 1 in front, outermost
 // by its stride: the same bytes, in the form of a product's batch that oneDNN 3.2's brgemm takes
 static memory::desc unit_first(const memory::desc& md, const std::vector<bool>& dropped) {
@@ -1209,7 +1208,7 @@ static memory::desc unit_first(const memory::desc& md, const std::vector<bool>& 
   const Dims all = md.get_dims(), steps = md.get_strides();
   for (size_t i = 0; i < all.size(); ++i) {
     strides[0] = std::max(strides[0], all[i] * steps[i]);
-    if (!dropped[i]) {
+    if (i >= dropped.size() || !dropped[i]) {
       dims.push_back(all[i]);
       strides.push_back(steps[i]);
     }
@@ -1285,8 +1284,9 @@ void Partition::attention(int dst, int q, int k, int v, int mask, float scale) {
   // with one in front (GPT-2's [1,H,S,D] stored as [1,S,H,D] is so already; ViT's, as [S,1,H,D],
   // took 3.3 ms a run on gemm:jit)
   const bool reordered = out != plain(m.val(dst).shape, out.get_data_type());
-  std::vector<bool> units(vs.size(), false);
-  for (size_t i = 0; i + 2 < vs.size(); ++i) units[i] = scores[i] == 1 && vs[i] == 1;
+  std::vector<bool> units;   // the batch axes of size 1 in p, v and dst (of one rank)
+  if (vs.size() == scores.size())
+    for (size_t i = 0; i + 2 < vs.size(); ++i) units.push_back(scores[i] == 1 && vs[i] == 1);
   auto seen = [&](const memory::desc& md) { return reordered ? unit_first(md, units) : md; };
   auto pv = typed(v, c) ? strided_matmul(m.eng, seen(plain(scores, c)), seen(m.md_of(v)), seen(out), m.attr({}))
                         : std::nullopt;
