@@ -46,8 +46,8 @@ def export_html(model: Any, path: str | os.PathLike, *, original: Any, profile: 
     place. profile: an `autofusion.profile` of the model, to colour the fused graph by time.
     Raises GraphvizUnavailable (with how to install it) where `dot` is missing.
     """
+    before = _original_graph(original, model.graph)   # the caller's mistake first, then the machine's
     dot = find_dot()
-    before = _original_graph(original, model.graph)
     page = html_page(model.report, before, model.graph, getattr(model, "plan", None), dot=dot,
                      profile=profile)
     return write_whole(path, page)
