@@ -10,6 +10,7 @@
 
 #include <cstdio>
 #include <random>
+#include <unordered_map>
 #include <vector>
 
 #include "bench.h"
