@@ -52,11 +52,18 @@ class ModelSpec:
     package: str                                       # the package the builder needs
 
 
-def _require(package: str, model: str):
+def _require(package: str, model: str, *names: str):
+    """The package, with `names` resolved from it. A package that is missing, or installed but
+    broken (torchvision built for another torch raises RuntimeError on import; transformers then
+    fails lazily on its model classes), makes the model unavailable rather than an error."""
     try:
-        return __import__(package)
-    except ImportError as e:
-        raise ModelUnavailable(f"{model}: needs {package}, which is not installed ({e})") from e
+        module = __import__(package)
+        for name in names:
+            getattr(module, name)
+        return module
+    except Exception as e:
+        raise ModelUnavailable(f"{model}: needs {package}, which does not import here "
+                               f"({type(e).__name__}: {e})") from e
 
 
 # ---- vision (torchvision) ------------------------------------------------------------------
@@ -111,13 +118,13 @@ class _GPT2(nn.Module):
 
 
 def _bert() -> nn.Module:
-    tf = _require("transformers", "bert-base")
+    tf = _require("transformers", "bert-base", "BertConfig", "BertModel")
     config = tf.BertConfig(attn_implementation="eager")    # bert-base-uncased dimensions
     return _Bert(tf.BertModel(config, add_pooling_layer=True))
 
 
 def _gpt2() -> nn.Module:
-    tf = _require("transformers", "gpt2")
+    tf = _require("transformers", "gpt2", "GPT2Config", "GPT2Model")
     config = tf.GPT2Config(attn_implementation="eager")    # GPT-2 small (124M)
     return _GPT2(tf.GPT2Model(config))
 
