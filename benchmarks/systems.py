@@ -62,13 +62,13 @@ class System:
 # ---- autofusion ----------------------------------------------------------------------------
 
 # what a system may leave out, to measure its effect side by side: name -> the fused ops disabled
-LEFT_OUT = {"regions": ("AutoFusion",), "gate": ("ConvGateFusionOp",)}
+LEFT_OUT = {"regions": ("AutoFusion",), "gate": ("ConvGateFusionOp",), "residual": ("MatMulResidualFusionOp",)}
 
 
 class Autofusion(System):
     """autofusion at one level on one backend: "native" (the C++ one, named plainly) or "torch"
     (its PyTorch/oneDNN kernels, named with a -torch suffix), without some of its fusions
-    (LEFT_OUT, named -noregions, -nogate), in fp32 or, named with a -bf16 suffix, in bf16
+    (LEFT_OUT, named -noregions, -nogate, -noresidual), in fp32 or, named with a -bf16 suffix, in bf16
     (convolutions and products; its precision guard on random calibration inputs)."""
     peer = False
 
@@ -249,8 +249,9 @@ class Inductor(TorchEager):
 def all_systems() -> list[System]:
     """Fresh instances of every system, in table-column order: ours first, then the peers."""
     return [Autofusion(0), Autofusion(1), Autofusion(2), Autofusion(2, without=("regions",)),
-            Autofusion(2, without=("gate",)), Autofusion(2, backend="torch"),
+            Autofusion(2, without=("gate",)), Autofusion(2, without=("residual",)), Autofusion(2, backend="torch"),
             Autofusion(2, precision="bf16"), Autofusion(2, without=("gate",), precision="bf16"),
+            Autofusion(2, without=("residual",), precision="bf16"),
             OnnxRuntime("ORT_DISABLE_ALL"), OnnxRuntime("ORT_ENABLE_ALL"),
             OpenVino("fp32"), OpenVino("bf16"),
             TorchEager(), Inductor(freezing=False), Inductor(freezing=True)]

@@ -63,8 +63,9 @@ def fused_conv(op: GraphBuilder, node: Node, x, w, b=None, z=None):
 
 
 @fused_op("FusedMatMul", OpClass.COMPLEX, _product)
-def fused_matmul(op: GraphBuilder, node: Node, a, b, c=None):
-    """act(alpha·(Aᵀ?·Bᵀ?) + beta·C): MatMul/Gemm with transposes, scale, bias and activation."""
+def fused_matmul(op: GraphBuilder, node: Node, a, b, c=None, residual=None):
+    """act(alpha·(Aᵀ?·Bᵀ?) + beta·C + residual): MatMul/Gemm with transposes, scale, bias, a
+    residual of the product's shape and an activation."""
     rank = lambda v: len(v.shape) if v.shape is not None else 2  # noqa: E731
     for attr, v in (("trans_a", "a"), ("trans_b", "b")):
         if node.attr(attr, 0):
@@ -80,6 +81,8 @@ def fused_matmul(op: GraphBuilder, node: Node, a, b, c=None):
         if node.attr("beta", 1.0) != 1.0:
             c = op.Mul(c, scalar_constant(op, node.attr("beta"), c))
         y = op.Add(y, c)
+    if residual is not None:
+        y = op.Add(y, residual)
     return [apply_activation(op, node, y)]
 
 

@@ -476,7 +476,9 @@ def _linear_weights(node: Node) -> tuple[np.ndarray, np.ndarray | None] | None:
 
 
 def check_matmul(node: Node) -> str | None:
-    why = dense(node, (0, 1, 2))
+    why, r = dense(node, (0, 1, 2, 3)), node.input(3)
+    if not why and r is not None and r.shape != node.outputs[0].shape:
+        why = "the residual is not of the product's shape"
     if why or _linear_weights(node) is not None:
         return why
     a, b, c = node.inputs[0], node.inputs[1], node.input(2)
@@ -502,14 +504,16 @@ def _same_rank(p: PartitionSource, v: Value, rank: int) -> int:
 
 @native("MatMul", "Gemm", fused("FusedMatMul"), check=check_matmul, reduced=True)
 def emit_matmul(node: Node, p: PartitionSource) -> str:
-    """oneDNN matmul: a linear layer (constant B) on the weight reordered once, with bias and
-    activation as post-ops; else a batched product of two dense operands."""
+    """oneDNN matmul: a linear layer (constant B) on the weight reordered once, with bias,
+    residual and activation as post-ops; else a batched product of two dense operands."""
     acts_ = node_acts(node) if node.domain else []
+    residual = [p.ref(node.input(3))] if node.input(3) is not None else []
     linear = _linear_weights(node)
     if linear is not None:
         w, bias = linear
         return p.call("linear", p.out(node), p.ref(node.inputs[0]), p.const(w, node.inputs[1].name),
-                      -1 if bias is None else p.const(bias, f"{node.name}_bias"), p.acts(acts_))
+                      -1 if bias is None else p.const(bias, f"{node.name}_bias"), p.acts(acts_),
+                      *residual)
     trans_a, trans_b, alpha, beta = _gemm_attrs(node)
     rank = node.outputs[0].rank
     a, b, c = node.inputs[0], node.inputs[1], node.input(2)
@@ -518,7 +522,7 @@ def emit_matmul(node: Node, p: PartitionSource) -> str:
         cref = p.const((c.const * np.float32(beta)).reshape((1,) * (rank - c.rank) + c.shape), c.name) \
             if c.const is not None else p.ref(c)
     return p.call("matmul", p.out(node), _same_rank(p, a, rank), _same_rank(p, b, rank), cref,
-                  p.bool(trans_a), p.bool(trans_b), p.float(alpha), p.acts(acts_))
+                  p.bool(trans_a), p.bool(trans_b), p.float(alpha), p.acts(acts_), *residual)
 
 
 def check_pool_gemm(node: Node) -> str | None:

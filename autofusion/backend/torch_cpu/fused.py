@@ -220,25 +220,28 @@ ASSUMED_ROWS = 128          # rows of a dynamic-shape input, for that choice: a 
 
 @kernel(fused("FusedMatMul"))
 def fused_matmul(node: Node) -> Kernel:
-    linear = _linear(node)
+    linear = _linear(node, residual=node.input(3) is not None)
     if linear is not None:
         return linear
     trans_a, trans_b = node.attr("trans_a", 0), node.attr("trans_b", 0)
     alpha, beta = node.attr("alpha", 1.0), node.attr("beta", 1.0)
     act = torch_activation(node)
 
-    def run(a, b, c=None):
+    def run(a, b, c=None, residual=None):
         y = torch.matmul(a.mT if trans_a else a, b.mT if trans_b else b)
         if alpha != 1.0:
             y = y.mul_(alpha)
         if c is not None:
             y = y + c if beta == 1.0 else torch.add(y, c, alpha=beta)
+        if residual is not None:
+            y = y + residual
         return act(y) if act else y
     return run
 
 
-def _linear(node: Node) -> Kernel | None:
-    """act(x·W·alpha + beta·c) with W a constant matrix and c absent or a constant [.., N] bias."""
+def _linear(node: Node, residual: bool = False) -> Kernel | None:
+    """act(x·W·alpha + beta·c (+ residual, the kernel's second input)) with W a constant matrix
+    and c absent or a constant [.., N] bias."""
     w, c, out = const_input(node, 1), const_input(node, 2), node.outputs[0].shape
     if w is None or w.ndim != 2 or node.attr("trans_a", 0) or w.dtype != np.float32:
         return None
@@ -254,6 +257,9 @@ def _linear(node: Node) -> Kernel | None:
     static = x_shape is not None and all(isinstance(d, int) for d in x_shape)
     rows = math.prod(x_shape[:-1]) if static else ASSUMED_ROWS
     post, act = onednn_post_op(node), torch_activation(node)
+    if residual:   # added before the activation
+        return baked(lambda x, r: act(F.linear(x, weight, bias).add_(r)) if act else
+                     F.linear(x, weight, bias).add_(r), 1, 2)
     if post is not None and torch.backends.mkldnn.is_available() and rows * w.size >= ONEDNN_MIN_MACS:
         packed = torch.ops.mkldnn._reorder_linear_weight(weight, rows if static else None)
         attr, scalars, algorithm = post

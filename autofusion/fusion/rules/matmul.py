@@ -5,11 +5,17 @@ bias, an activation — so the rules compose: MatMul + Add becomes FusedMatMul(a
 GELU after it then joins as its epilogue. A "matmul" below is a MatMul, a Gemm or a FusedMatMul
 without an activation (an activation must stay last).
 
+A residual — a tensor of the product's own shape added after it, as every pre-norm transformer
+block adds its input back (GPT-2, LLaMA) — joins at level 2 as the fourth input, added in the
+kernel's epilogue before the activation: act(alpha·op(A)·op(B) + beta·C + R).
+
 What the fused op cannot say is refused: a transpose other than a swap of the last two axes, a
 bias that broadcasts along more than the last axis (a residual is not a bias), a factor that is
 not a constant scalar, and anything but float32 (the kernels are tuned and checked in float32).
 """
 from __future__ import annotations
+
+import numpy as np
 
 from ...ir import DType, Node
 from ...ir.builder import FUSED_DOMAIN
@@ -41,9 +47,9 @@ def fused_attrs(node: Node) -> dict:
     return {**DEFAULTS, **node.attrs}
 
 
-def fused_matmul(op, a, b, c, attrs: dict):
+def fused_matmul(op, a, b, c, attrs: dict, residual=None):
     """A new FusedMatMul; attributes at their defaults are left out."""
-    return op.FusedMatMul(a, b, c, **{k: v for k, v in attrs.items() if DEFAULTS.get(k) != v})
+    return op.FusedMatMul(a, b, c, residual, **{k: v for k, v in attrs.items() if DEFAULTS.get(k) != v})
 
 
 def matmul_check(m) -> str | None:
@@ -185,6 +191,37 @@ def bias_replace(op, m):
     return fused_matmul(op, node.input(0), node.input(1), m.c, fused_attrs(node))
 
 
+# ---- a residual: A·B + r, r of the product's shape (a pre-norm block's skip connection) -------
+
+def with_residual(kind: str):
+    def pattern(op, a, b, r, c=None, shape=None):
+        # GPT-2's Conv1D restores [1, seq, d] between the product and the residual Add
+        return op.Add(op.Optional.Reshape(matmul(op, kind, a, b, c), shape, _name="reshape"), r, _name="add")
+    pattern.__name__ = f"{kind.lower()}_plus_residual"
+    return pattern
+
+
+def residual_check(m) -> str | None:
+    add, product = m.node("add"), m.node("matmul").outputs[0]
+    r, y = m.r, (m.node("reshape") if m.has("reshape") else m.node("matmul")).outputs[0]
+    if r.producer is not None and r.producer in m.matched_nodes:
+        return f"Add {add.name!r}: the residual is the product's own output"
+    if r.shape is None or y.shape is None or list(r.shape) != list(y.shape):
+        return (f"Add {add.name!r}: {r.name!r} {dims(r)} is not of the product's shape {dims(y)}; "
+                "the residual is added without broadcasting")
+    if m.has("reshape") and not product.is_static:
+        return f"Add {add.name!r}: the product {dims(product)} has dynamic dims the residual would be reshaped to"
+    return matmul_check(m) or not_float32(add, r)
+
+
+def residual_replace(op, m):
+    node, r = m.node("matmul"), m.r
+    if m.has("reshape"):   # the residual in the product's shape (a view), the sum back in the Add's
+        r = op.Reshape(r, op.constant(np.array(node.outputs[0].shape, np.int64), "residual_shape"))
+    y = fused_matmul(op, node.input(0), node.input(1), node.input(2), fused_attrs(node), r)
+    return op.Reshape(y, m.shape, **m.node("reshape").attrs) if m.has("reshape") else y
+
+
 # ---- an activation epilogue: act(FusedMatMul(...)) ------------------------------------------
 
 def relu(op, y):
@@ -263,6 +300,11 @@ RULES = [
     epilogue("MatMulReluFusionOp", "ReLU", relu),
     epilogue("MatMulGeluFusionOp", "GELU (erf or tanh)", gelu, gelu_onnx),
     epilogue("MatMulSiLUFusionOp", "SiLU", silu),
+    # after the norms: LayerNorm(A·B + r), BERT's post-norm block, stays one LayerNorm with its
+    # residual (AddLayerNormFusionOp)
+    Rule("MatMulResidualFusionOp", 2, "A·B (+ bias) + residual of the product's shape → the "
+         "residual added in the product's epilogue, one kernel",
+         [with_residual(kind) for kind in MATMULS], residual_replace, residual_check),
     # last: whatever bias or epilogue a product has joins it first
     Rule("LinearFusionOp", 1, "MatMul/Gemm by a constant matrix → one linear kernel with the "
          "weight prepacked at compile time", [linear(kind) for kind in ("MatMul", "Gemm")],

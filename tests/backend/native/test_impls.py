@@ -472,6 +472,46 @@ def test_fused_matmul_of_two_inputs_with_a_bias_input(act):
         a, b, c, trans_b=1, alpha=0.25, **activation_attrs(act)), (2, 4, 6))]))
 
 
+@pytest.mark.parametrize("rows", [1, 6], ids=["one row", "rows"])
+@pytest.mark.parametrize("act", ["", "Relu", "SiLU", "GeluTanh"])
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no bias"])
+def test_fused_matmul_linear_with_a_residual(rows, act, bias):
+    """The residual as the linear layer's binary post-op, before oneDNN's activation or the
+    runtime's own (SiLU, tanh-GELU); one row too, which without the residual would run on the
+    runtime's gemv."""
+    check_native(graph({"x": (1, rows, 32), "r": (1, rows, 48)}, lambda op, x, r: [(op.FusedMatMul(
+        x, const(op, 32, 48), const(op, 48) if bias else None, r, alpha=0.7, **activation_attrs(act)),
+        (1, rows, 48))]))
+
+
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no bias"])
+def test_fused_matmul_of_two_inputs_with_a_residual(bias):
+    inputs = {"a": (2, 4, 8), "b": (2, 6, 8), "r": (2, 4, 6)} | ({"c": (1, 1, 6)} if bias else {})
+    check_native(graph(inputs, lambda op, a, b, r, c=None: [(op.FusedMatMul(
+        a, b, c, r, trans_b=1, alpha=0.25, **activation_attrs("Relu")), (2, 4, 6))]))
+
+
+def test_a_linear_layer_with_a_residual_in_bf16():
+    """The residual stays fp32 (not a product operand) and is added to the fp32 accumulator: the
+    result is within bf16's rounding of the operands of the fp32 one, and the residual's own
+    large values come through unrounded."""
+    g = graph({"x": (1, 16, 64), "r": (1, 16, 32)}, lambda op, x, r: [(op.FusedMatMul(
+        x, const(op, 64, 32), const(op, 32), r), (1, 16, 32))])
+    feeds = {"x": RNG.standard_normal((1, 16, 64)).astype(np.float32),
+             "r": (RNG.standard_normal((1, 16, 32)) * 1000 + 1e4).astype(np.float32)}
+    fp32 = autofusion.compile(g, level=0, backend="torch").run(feeds)[g.outputs[0].name]
+    bf16 = autofusion.compile(g, level=0, backend="native", precision="bf16")
+    assert all(d.impl.target == "native" and d.precision == "bf16" for d in bf16.plan.decisions.values())
+    got = bf16.run(feeds)[g.outputs[0].name]
+    assert np.abs(got - fp32).max() <= 0.5   # the product is ~8 in size; 1e4 in bf16 would be off by 32
+
+
+def test_a_residual_that_broadcasts_is_refused():
+    g = graph({"x": (1, 6, 32), "r": (1, 1, 48)}, lambda op, x, r: [(op.FusedMatMul(
+        x, const(op, 32, 48), None, r), (1, 6, 48))])
+    assert refusal(g) == "the residual is not of the product's shape"
+
+
 def test_pool_gemm():
     check_native(graph({"x": (2, 16, 5, 5)}, lambda op, x: [(op.PoolGemm(
         x, const(op, 10, 16), const(op, 10), transB=1, alpha=0.5), (2, 10))]))

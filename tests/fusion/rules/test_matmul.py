@@ -90,10 +90,87 @@ def test_bias_along_another_axis_is_refused():
 def test_a_residual_is_not_a_bias():
     nodes = [node("MatMul", ["x", "w"], ["y"]), node("Add", ["y", "r"], ["z"])]
     model = onnx_model(nodes, {"x": (2, 4), "r": (2, 4)}, ["z"], {"w": rng_array(4, 4)})
-    graph, report = fuse(model, level=2)
+    graph, report = fuse(model, level=1)
     assert ops(graph) == ["autofusion::FusedMatMul", "Add"]
     assert near_miss(report, "MatMulBiasFusionOp") == (
         "Add 'z': 'r' [2,4] is not a bias along the last axis of the product [2,4]")
+
+
+# ---- a residual (level 2) -------------------------------------------------------------------
+
+def test_residual_golden_before_after():
+    nodes = [node("MatMul", ["x", "w"], ["y"]), node("Add", ["c", "y"], ["b"]), node("Add", ["r", "b"], ["z"])]
+    model = onnx_model(nodes, {"x": (2, 3, 4), "r": (2, 3, 5)}, ["z"], {"w": rng_array(4, 5), "c": rng_array(5)})
+    graph, report = fuse(model, level=2)
+    assert matched(report, "MatMulResidualFusionOp") == 1
+    assert str(graph).splitlines()[-1] == "  z: float[2,3,5] = autofusion::FusedMatMul(x, w, c, r)"
+    assert_same_outputs(model, level=2, rtol=1e-5)
+
+
+def test_residual_is_cross_operator_so_level_1_leaves_it():
+    nodes = [node("MatMul", ["x", "w"], ["y"]), node("Add", ["y", "r"], ["z"])]
+    graph, _ = fuse(onnx_model(nodes, {"x": (2, 4), "r": (2, 4)}, ["z"], {"w": rng_array(4, 4)}), level=1)
+    assert ops(graph) == ["autofusion::FusedMatMul", "Add"]
+
+
+class PreNormBlockTail(torch.nn.Module):   # x + attention-or-MLP output, as GPT-2 and LLaMA add it
+    def __init__(self, d=16, hidden=32):
+        super().__init__()
+        self.up, self.down = torch.nn.Linear(d, hidden), torch.nn.Linear(hidden, d, bias=False)
+
+    def forward(self, x):
+        return x + self.down(torch.relu(self.up(x)))
+
+
+def test_residual_after_a_linear_layer_without_bias():
+    model = torch_model(PreNormBlockTail(), (2, 5, 16))
+    graph, report = fuse(model)
+    assert matched(report, "MatMulResidualFusionOp") == 1
+    assert ops(graph) == ["autofusion::FusedMatMul", "autofusion::FusedMatMul"]
+    assert graph.nodes[-1].inputs[3] is graph.inputs[0]
+    assert_same_outputs(model, rtol=1e-5)
+
+
+def test_residual_joins_through_a_reshape_of_the_rows():
+    """GPT-2's Conv1D: [seq, d] product, Reshape back to [1, seq, d], then the residual Add: the
+    residual is seen in the product's shape, the sum reshaped back."""
+    nodes = [node("Gemm", ["x", "w", "c"], ["y"]), node("Reshape", ["y", "s"], ["p"]),
+             node("Add", ["r", "p"], ["z"])]
+    model = onnx_model(nodes, {"x": (3, 4), "r": (1, 3, 5)}, ["z"], {
+        "w": rng_array(4, 5), "c": rng_array(5), "s": np.array([1, 3, 5])})
+    graph, report = fuse(model)
+    assert matched(report, "MatMulResidualFusionOp") == 1
+    assert ops(graph) == ["Reshape", "autofusion::FusedMatMul", "Reshape"]
+    assert graph.nodes[0].outputs[0].shape == (3, 5) and graph.nodes[0].inputs[0].name == "r"
+    assert_same_outputs(model, rtol=1e-5)
+
+
+@pytest.mark.parametrize("r_shape", [(3, 1), (2, 3, 5)], ids=["broadcast", "widening"])
+def test_residual_that_broadcasts_is_refused(r_shape):
+    nodes = [node("MatMul", ["x", "w"], ["y"]), node("Add", ["y", "r"], ["z"])]
+    model = onnx_model(nodes, {"x": (3, 4), "r": r_shape}, ["z"], {"w": rng_array(4, 5)})
+    graph, report = fuse(model)
+    assert ops(graph) == ["autofusion::FusedMatMul", "Add"]
+    shape = "[" + ",".join(map(str, r_shape)) + "]"
+    assert near_miss(report, "MatMulResidualFusionOp") == (
+        f"Add 'z': 'r' {shape} is not of the product's shape [3,5]; the residual is added without broadcasting")
+
+
+def test_residual_after_an_activation_is_left_alone():
+    """act(A·B) + r: the fused op adds its residual before the activation."""
+    nodes = [node("MatMul", ["x", "w"], ["y"]), node("Relu", ["y"], ["a"]), node("Add", ["a", "r"], ["z"])]
+    graph, report = fuse(onnx_model(nodes, {"x": (3, 4), "r": (3, 5)}, ["z"], {"w": rng_array(4, 5)}))
+    assert ops(graph) == ["autofusion::FusedMatMul", "Add"]
+    assert graph.nodes[0].attrs["activation"] == "Relu"
+
+
+def test_residual_of_the_products_own_output_is_refused():
+    """y + relu(y): the residual is computed from the product, which must stay in memory."""
+    nodes = [node("MatMul", ["x", "w"], ["y"]), node("Relu", ["y"], ["a"]), node("Add", ["y", "a"], ["z"])]
+    model = onnx_model(nodes, {"x": (3, 4)}, ["z"], {"w": rng_array(4, 5)})
+    graph, report = fuse(model, disable=["MatMulReluFusionOp"])
+    assert ops(graph) == ["autofusion::FusedMatMul", "Relu", "Add"]
+    assert_same_outputs(model, rtol=1e-5)
 
 
 def test_float64_is_refused():
@@ -273,14 +350,15 @@ def test_factor_that_would_grow_the_product_is_refused():
 
 # ---- the kernel: linear layers on F.linear or packed oneDNN, both equal the decomposition -----
 
-def fused_node(x_shape, w, c, **attrs) -> Graph:
+def fused_node(x_shape, w, c, residual: bool = False, **attrs) -> Graph:
     g = Graph("k", {"": 17})
     op = GraphBuilder(g)
     x = g.add_input("x", x_shape, DType.FLOAT)
     wv = g.add_constant("w", w)
     cv = None if c is None else g.add_constant("c", c)
-    g.outputs = [op.FusedMatMul(x, wv, cv, **attrs)]
     n = w.shape[0 if attrs.get("trans_b") else 1]
+    r = g.add_input("r", (*x_shape[:-1], n), DType.FLOAT) if residual else None
+    g.outputs = [op.FusedMatMul(x, wv, cv, r, **attrs)]
     g.outputs[0].shape, g.outputs[0].dtype = (*x_shape[:-1], n), DType.FLOAT
     return g
 
@@ -313,6 +391,19 @@ def test_linear_kernel_equals_its_decomposition(monkeypatch, onednn, attrs, bias
     x = rng_array(2, 7, 64, seed=3)
     got = fn(torch.from_numpy(x)).numpy()
     want = autofusion.compile(decompose(g.nodes[0]), level=0)(x, w, *([] if c is None else [c]))
+    assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+
+
+@pytest.mark.parametrize("attrs", LINEAR_CASES, ids=lambda a: ",".join(map(str, a.values())) or "plain")
+def test_linear_kernel_with_a_residual_equals_its_decomposition(attrs):
+    w = rng_array(24, 64, seed=1) if attrs.get("trans_b") else rng_array(64, 24, seed=1)
+    c = rng_array(24, seed=2)
+    g = fused_node((2, 7, 64), w, c, residual=True, **attrs)
+    fn = KERNELS["autofusion::FusedMatMul"](g.nodes[0])
+    assert fn.baked_inputs == {1, 2}
+    x, r = rng_array(2, 7, 64, seed=3), rng_array(2, 7, 24, seed=4)
+    got = fn(torch.from_numpy(x), torch.from_numpy(r)).numpy()
+    want = autofusion.compile(decompose(g.nodes[0]), level=0)(x, w, c, r)
     assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
 
 

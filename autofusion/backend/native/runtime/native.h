@@ -83,12 +83,14 @@ class Partition {
   void binary(int dst, int a, int b, Bin op, const Acts& acts, bool in_place);
   void batch_norm(int dst, int src, int scale, int bias, int mean, int var, float epsilon,
                   const Acts& acts);
-  // act(a·w + bias) over a's last axis: w a constant [K, N], bias a constant [N] or -1; one row
-  // with no post-op but a gate runs on the runtime's own product (gemv.h)
-  void linear(int dst, int a, int w, int bias, const Acts& acts);
-  // act(alpha·(a·b) + c) with numpy broadcasting; a, b, c plain and of one rank
+  // act(a·w + bias + residual) over a's last axis: w a constant [K, N], bias a constant [N] or
+  // -1, residual of dst's shape or -1; one row with no post-op but a gate and no residual runs on
+  // the runtime's own product (gemv.h)
+  void linear(int dst, int a, int w, int bias, const Acts& acts, int residual = -1);
+  // act(alpha·(a·b) + c + residual) with numpy broadcasting for c; a, b, c plain and of one rank,
+  // residual of dst's shape or -1
   void matmul(int dst, int a, int b, int c, bool trans_a, bool trans_b, float alpha,
-              const Acts& acts);
+              const Acts& acts, int residual = -1);
   void concat(int dst, const std::vector<int>& srcs, int axis);
   void softmax(int dst, int src, int axis, bool log);
   // layer norm over the axes from `axis` on of (src + residual); scale/bias constants or -1; the

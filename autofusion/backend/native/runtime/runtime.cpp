@@ -466,6 +466,11 @@ struct Partition::Impl {
     return val(src).spread ? ensure(src, plain(val(src).shape, md_of(src).get_data_type())) : src;
   }
 
+  // a product's residual (-1: none) row-major in its own type, as the binary post-op reads it
+  int plain_residual(int residual) {
+    return residual < 0 ? -1 : ensure(residual, plain(val(residual).shape, md_of(residual).get_data_type()));
+  }
+
   // dst as a view of src's values at `bytes` into them, seen through `md`; a view in row-major
   // order is dense, any other is spread
   void view_of(int dst, int src, const memory::desc& md, size_t bytes = 0) {
@@ -988,14 +993,15 @@ void Partition::batch_norm(int dst, int src, int scale, int bias, int mean, int 
   m.finish(dst, y);
 }
 
-void Partition::linear(int dst, int a, int w, int bias, const Acts& acts) {
+void Partition::linear(int dst, int a, int w, int bias, const Acts& acts, int residual) {
   Impl& m = *impl_;
   const Dims& wshape = m.val(w).shape;   // [K, N]
   const Dims& xshape = m.val(a).shape;
   int64_t k = wshape[0], n = wshape[1];
   int64_t rows = std::accumulate(xshape.begin(), xshape.end() - 1, int64_t(1), std::multiplies<>());
   const memory::desc out = m.dense_result(dst);
-  if (VECTORISED && rows == 1 && post_ops_of(acts).empty() && (m.compute == dt::f32 || BF16_DOT)) {
+  if (VECTORISED && rows == 1 && post_ops_of(acts).empty() && residual < 0 &&
+      (m.compute == dt::f32 || BF16_DOT)) {
     int y = m.gemv(dst, m.ensure(a, plain(xshape, m.compute)), w, bias, out, k, n);
     if (Alg gate = gate_after(acts); gate != Alg::None) m.gate_over_dst(gate);
     m.finish(dst, y);
@@ -1003,19 +1009,23 @@ void Partition::linear(int dst, int a, int w, int bias, const Acts& acts) {
   }
   memory::desc x_md = plain({rows, k}, m.compute), y_md = plain({rows, n}, out.get_data_type());
   memory::desc b_md = bias >= 0 ? plain({1, n}) : memory::desc();
-  dnnl::matmul::primitive_desc pd(m.eng, x_md, any({k, n}, m.compute), b_md, y_md, m.attr(acts));
+  const int r = m.plain_residual(residual);
+  std::vector<memory::desc> adds;   // the residual, seen as [rows, N] like the result
+  if (r >= 0) adds.push_back(plain({rows, n}, m.md_of(r).get_data_type()));
+  dnnl::matmul::primitive_desc pd(m.eng, x_md, any({k, n}, m.compute), b_md, y_md, m.attr(acts, adds));
   int x = m.ensure(a, plain(xshape, m.compute));
   int y = m.produce(dst, out);
   std::vector<Arg> args{Impl::view(DNNL_ARG_SRC, x, x_md),
                         Impl::owned(DNNL_ARG_WEIGHTS, m.constant_as(w, pd.weights_desc())),
                         Impl::view(DNNL_ARG_DST, y, y_md)};
   if (bias >= 0) args.push_back(Impl::owned(DNNL_ARG_BIAS, m.constant_as(bias, b_md)));
+  if (r >= 0) args.push_back(Impl::view(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, r, adds[0]));
   m.add(pd, dnnl::matmul(pd), std::move(args), acts);
   m.finish(dst, y);
 }
 
 void Partition::matmul(int dst, int a, int b, int c, bool trans_a, bool trans_b, float alpha,
-                       const Acts& acts) {
+                       const Acts& acts, int residual) {
   Impl& m = *impl_;
   auto operand = [&](int id, bool transposed) {
     memory::desc md = plain(m.val(id).shape, m.compute);
@@ -1036,7 +1046,9 @@ void Partition::matmul(int dst, int a, int b, int c, bool trans_a, bool trans_b,
     cv = m.ensure(c, plain(m.val(c).shape));
     adds.push_back(plain(m.val(c).shape));
   }
-  // the scale applies before the bias: act(alpha·ab + c) as [linear, add, act...] post-ops
+  const int r = m.plain_residual(residual);
+  if (r >= 0) adds.push_back(m.md_of(r));
+  // the scale applies before the bias: act(alpha·ab + c + r) as [linear, add, add, act...] post-ops
   dnnl::primitive_attr at;
   at.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   dnnl::post_ops po;
@@ -1050,8 +1062,9 @@ void Partition::matmul(int dst, int a, int b, int c, bool trans_a, bool trans_b,
   int y = m.produce(dst, y_md);
   std::vector<Arg> args{Impl::view(DNNL_ARG_SRC, x, a_md), Impl::view(DNNL_ARG_WEIGHTS, wv, b_md),
                         Impl::use(DNNL_ARG_DST, y)};
-  if (cv >= 0)
-    args.push_back(Impl::use(DNNL_ARG_ATTR_MULTIPLE_POST_OP(int(post.size())) | DNNL_ARG_SRC_1, cv));
+  int index = int(post.size());
+  for (int operand : {cv, r})
+    if (operand >= 0) args.push_back(Impl::use(DNNL_ARG_ATTR_MULTIPLE_POST_OP(index++) | DNNL_ARG_SRC_1, operand));
   m.add(pd, dnnl::matmul(pd), std::move(args), acts);
   m.finish(dst, y);
 }
