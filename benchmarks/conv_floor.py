@@ -18,6 +18,10 @@ flags and oneDNN) and runs it with the given threads:
                       runtime's own row loop (runtime/softmax.h)
     layernorm_cost    oneDNN's layer normalization (with the residual add before it, for BERT)
                       against the runtime's own row loop (runtime/layernorm.h)
+    dw_fusion_cost    MobileNetV3-L's 1x1 -> 3x3 depthwise pairs as two oneDNN primitives against
+                      one (the depthwise as the 1x1's append_dw post-op): oneDNN 3.2 runs the
+                      fused form as ref_fused_convolution, the same two kernels in turn, and
+                      refuses it at stride 2
     gemv_cost         oneDNN's matmul for the zoo's classifier heads at batch 1, f32 and bf16,
                       weights warm and cold, against the runtime's own (runtime/gemv.h)
 
