@@ -6,8 +6,9 @@ GELU after it then joins as its epilogue. A "matmul" below is a MatMul, a Gemm o
 without an activation (an activation must stay last).
 
 A residual — a tensor of the product's own shape added after it, as every pre-norm transformer
-block adds its input back (GPT-2, LLaMA) — joins at level 2 as the fourth input, added in the
-kernel's epilogue before the activation: act(alpha·op(A)·op(B) + beta·C + R).
+block adds its input back (GPT-2, LLaMA, ViT) — joins at level 2 as the fourth input, added in the
+kernel's epilogue before the activation: act(alpha·op(A)·op(B) + beta·C + R). A Reshape and a
+Transpose that moves only unit axes between the product and the Add are seen through.
 
 What the fused op cannot say is refused: a transpose other than a swap of the last two axes, a
 bias that broadcasts along more than the last axis (a residual is not a bias), a factor that is
@@ -21,7 +22,7 @@ from ...ir import DType, Node
 from ...ir.builder import FUSED_DOMAIN
 from ...ir.activations import activation_of
 from ..pattern import attr_value
-from ..rule import Rule, dims, not_float32
+from ..rule import Rule, describe, dims, not_float32
 
 MATMULS = ("MatMul", "Gemm", "FusedMatMul")
 DEFAULTS = {"trans_a": 0, "trans_b": 0, "alpha": 1.0, "beta": 1.0}
@@ -195,31 +196,46 @@ def bias_replace(op, m):
 
 def with_residual(kind: str):
     def pattern(op, a, b, r, c=None, shape=None):
-        # GPT-2's Conv1D restores [1, seq, d] between the product and the residual Add
-        return op.Add(op.Optional.Reshape(matmul(op, kind, a, b, c), shape, _name="reshape"), r, _name="add")
+        # between the product and the Add, what only regroups its rows: GPT-2's Conv1D restores
+        # [1, seq, d]; torchvision's attention then moves its unit batch axis ([S,1,d] → [1,S,d])
+        y = op.Optional.Reshape(matmul(op, kind, a, b, c), shape, _name="reshape")
+        return op.Add(op.Optional.Transpose(y, _name="transpose"), r, _name="add")
     pattern.__name__ = f"{kind.lower()}_plus_residual"
     return pattern
 
 
+def moves_unit_axes_only(t: Node) -> bool:
+    """A Transpose that keeps the order of the axes longer than 1: a reshape of its input."""
+    shape = t.inputs[0].shape
+    if not t.inputs[0].is_static:
+        return False
+    perm = attr_value(t, "perm") or list(reversed(range(len(shape))))
+    moved = [axis for axis in perm if shape[axis] != 1]
+    return moved == sorted(moved)
+
+
 def residual_check(m) -> str | None:
-    add, product = m.node("add"), m.node("matmul").outputs[0]
-    r, y = m.r, (m.node("reshape") if m.has("reshape") else m.node("matmul")).outputs[0]
+    add, product, r = m.node("add"), m.node("matmul").outputs[0], m.r
     if r.producer is not None and r.producer in m.matched_nodes:
         return f"Add {add.name!r}: the residual is the product's own output"
+    y = next(v for v in add.inputs if v is not r)   # the product's side
     if r.shape is None or y.shape is None or list(r.shape) != list(y.shape):
         return (f"Add {add.name!r}: {r.name!r} {dims(r)} is not of the product's shape {dims(y)}; "
                 "the residual is added without broadcasting")
-    if m.has("reshape") and not product.is_static:
-        return f"Add {add.name!r}: the product {dims(product)} has dynamic dims the residual would be reshaped to"
+    if (m.has("reshape") or m.has("transpose")) and not (product.is_static and y.is_static):
+        return f"Add {add.name!r}: the product {dims(product)} is regrouped and has dynamic dims"
+    if m.has("transpose") and not moves_unit_axes_only(m.node("transpose")):
+        return f"Add {add.name!r}: {describe(m.node('transpose'))} moves the product's rows, not only unit axes"
     return matmul_check(m) or not_float32(add, r)
 
 
 def residual_replace(op, m):
-    node, r = m.node("matmul"), m.r
-    if m.has("reshape"):   # the residual in the product's shape (a view), the sum back in the Add's
+    node, r, out = m.node("matmul"), m.r, m.root.outputs[0]
+    regrouped = m.has("reshape") or m.has("transpose")
+    if regrouped:   # the residual seen in the product's shape (a view), the sum back in the Add's
         r = op.Reshape(r, op.constant(np.array(node.outputs[0].shape, np.int64), "residual_shape"))
     y = fused_matmul(op, node.input(0), node.input(1), node.input(2), fused_attrs(node), r)
-    return op.Reshape(y, m.shape, **m.node("reshape").attrs) if m.has("reshape") else y
+    return op.Reshape(y, op.constant(np.array(out.shape, np.int64), "sum_shape")) if regrouped else y
 
 
 # ---- an activation epilogue: act(FusedMatMul(...)) ------------------------------------------

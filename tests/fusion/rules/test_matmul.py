@@ -145,6 +145,30 @@ def test_residual_joins_through_a_reshape_of_the_rows():
     assert_same_outputs(model, rtol=1e-5)
 
 
+def test_residual_joins_through_a_transpose_of_a_unit_axis():
+    """torchvision's attention: out_proj over [S, d] rows, Reshape to [S, 1, d], Transpose to
+    [1, S, d] (only the unit batch axis moves), then the residual Add."""
+    nodes = [node("Gemm", ["x", "w", "c"], ["y"], transB=1), node("Reshape", ["y", "s"], ["p"]),
+             node("Transpose", ["p"], ["t"], perm=[1, 0, 2]), node("Add", ["t", "r"], ["z"])]
+    model = onnx_model(nodes, {"x": (3, 4), "r": (1, 3, 5)}, ["z"], {
+        "w": rng_array(5, 4), "c": rng_array(5), "s": np.array([3, 1, 5])})
+    graph, report = fuse(model)
+    assert matched(report, "MatMulResidualFusionOp") == 1
+    assert ops(graph) == ["Reshape", "autofusion::FusedMatMul", "Reshape"]
+    assert_same_outputs(model, rtol=1e-5)
+
+
+def test_residual_after_a_transpose_of_the_rows_is_refused():
+    nodes = [node("MatMul", ["x", "w"], ["y"]), node("Transpose", ["y"], ["t"], perm=[1, 0, 2]),
+             node("Add", ["t", "r"], ["z"])]
+    model = onnx_model(nodes, {"x": (2, 3, 4), "r": (3, 2, 5)}, ["z"], {"w": rng_array(4, 5)})
+    graph, report = fuse(model)
+    assert ops(graph) == ["autofusion::FusedMatMul", "Transpose", "Add"]
+    assert near_miss(report, "MatMulResidualFusionOp") == (
+        "Add 'z': Transpose 't' moves the product's rows, not only unit axes")
+    assert_same_outputs(model, rtol=1e-5)
+
+
 @pytest.mark.parametrize("r_shape", [(3, 1), (2, 3, 5)], ids=["broadcast", "widening"])
 def test_residual_that_broadcasts_is_refused(r_shape):
     nodes = [node("MatMul", ["x", "w"], ["y"]), node("Add", ["y", "r"], ["z"])]
