@@ -27,21 +27,23 @@ REGION = f"{FUSED_DOMAIN}::Region"
 
 def head_model(batch: int | str = 4) -> onnx.ModelProto:
     """Four kinds of region around two MatMuls (which no region joins): bias + SiLU gate (an
-    elementwise chain with a broadcast), a reshape joining the scale and residual after the first
-    product, and a scaled, masked softmax (a row region) after the second."""
+    elementwise chain with a broadcast), a reshape joining the per-column scale and residual
+    after the first product (a scalar would be the product's alpha, and the residual its
+    epilogue), and a scaled, masked softmax (a row region) after the second."""
     f = TensorProto.FLOAT
     rng = np.random.default_rng(0)
     w1 = helper.make_tensor("w1", f, [32, 32], rng.standard_normal((32, 32)).astype(np.float32).ravel())
     w2 = helper.make_tensor("w2", f, [16, 16], rng.standard_normal((16, 16)).astype(np.float32).ravel())
     bias = helper.make_tensor("bias", f, [32], rng.standard_normal(32).astype(np.float32))
     scale = helper.make_tensor("scale", f, [], [0.25])
+    columns = helper.make_tensor("columns", f, [32], rng.uniform(0.5, 1.5, 32).astype(np.float32))
     shape = helper.make_tensor("shape", TensorProto.INT64, [3], [-1, 16, 16])
     nodes = [
         helper.make_node("Add", ["x", "bias"], ["xb"]),
         helper.make_node("Sigmoid", ["xb"], ["sg"]),
         helper.make_node("Mul", ["xb", "sg"], ["silu"]),
         helper.make_node("MatMul", ["silu", "w1"], ["h"]),
-        helper.make_node("Mul", ["h", "scale"], ["hs"]),
+        helper.make_node("Mul", ["h", "columns"], ["hs"]),
         helper.make_node("Add", ["hs", "x"], ["res"]),
         helper.make_node("Reshape", ["res", "shape"], ["sq"]),
         helper.make_node("Tanh", ["sq"], ["t"]),
@@ -55,7 +57,7 @@ def head_model(batch: int | str = 4) -> onnx.ModelProto:
         [helper.make_tensor_value_info("x", f, [batch, 8, 32]),
          helper.make_tensor_value_info("mask", f, [1, 16, 16])],
         [helper.make_tensor_value_info("y", f, None)],
-        [w1, w2, bias, scale, shape])
+        [w1, w2, bias, scale, columns, shape])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
