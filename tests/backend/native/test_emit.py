@@ -42,6 +42,26 @@ def test_generated_source_matches_the_snapshot():
     assert [c.shape for c in part.constants] == [(8, 3, 3, 3), (8,), (8, 8, 3, 3), (8,), (4,), (8, 4)]
 
 
+def residual_linear() -> Graph:
+    """A linear layer with its bias and a residual input (MatMulResidualFusionOp's output)."""
+    g = Graph("residual_linear", {"": 21})
+    x, r = g.add_input("x", (1, 6, 16), DType.FLOAT), g.add_input("r", (1, 6, 8), DType.FLOAT)
+    op = GraphBuilder(g)
+    y = op.FusedMatMul(x, op.constant(np.zeros((16, 8), np.float32), "w"),
+                       op.constant(np.zeros(8, np.float32), "b"), r)
+    y.shape, y.dtype = (1, 6, 8), DType.FLOAT
+    g.outputs = [y]
+    return g
+
+
+def test_a_residual_is_the_linear_calls_last_argument():
+    source, _ = emit_model(lower(residual_linear(), "native"), "residual_linear")
+    path = SNAPSHOTS / "residual_linear.cpp"
+    if os.environ.get("AUTOFUSION_UPDATE_SNAPSHOTS"):
+        path.write_text(source)
+    assert source == path.read_text()
+
+
 def test_float_literals():
     assert [c_float(x) for x in (1.0, 1 / 6, float("inf"), -float("inf"))] == \
         ["1.0f", "0.1666666716337204f", "af::inf", "(-af::inf)"]
