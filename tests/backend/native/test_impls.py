@@ -147,6 +147,35 @@ def test_a_gate_over_a_bf16_convolution_rounds_once():
     assert (got == once).mean() >= 0.98
 
 
+@pytest.mark.parametrize("act", ["SiLU", "GeluTanh"])
+def test_a_gate_rounded_to_bf16_is_within_its_rounding_everywhere(act):
+    """The gate over a bf16 convolution computes its sigmoid to bf16's precision only
+    (vector.h sigmoid16_for_bf16): over magnitudes from 1e-30 to 1e30, both signs, past e^±88,
+    each result is the float64 one rounded to bf16, or its neighbour (or 0 below 1e-35)."""
+    mags = np.geomspace(1e-30, 1e30, 16 * 12 * 12 * 8 // 2)
+    x = torch.from_numpy(np.concatenate([mags, -mags])).to(torch.bfloat16).float()   # the conv reads bf16
+    x[:8] = torch.tensor([0.0, -0.0, 88.0, -88.0, 88.5, -88.5, 104.0, -104.0])
+    x = x.reshape(8, 16, 12, 12).numpy()
+
+    def build(op, v):
+        y = op.FusedConv(v, op.constant(np.eye(16, dtype=np.float32).reshape(16, 16, 1, 1), "w"),
+                         **activation_attrs(act))
+        y.shape, y.dtype = x.shape, DType.FLOAT
+        return [(op.MaxPool(y, kernel_shape=[1, 1]), x.shape)]   # reads the gate's bf16 values
+    g = graph({"x": x.shape}, build)
+    got = autofusion.compile(g, level=0, backend="native", precision="bf16").run({"x": x})[g.outputs[0].name]
+    d = torch.from_numpy(x).double()
+    exact = d * torch.sigmoid(d if act == "SiLU" else 2 * np.sqrt(2 / np.pi) * (d + 0.044715 * d ** 3))
+    want = exact.float().to(torch.bfloat16)
+    bits = want.view(torch.int16)
+    up, down = (bits + 1).view(torch.bfloat16), (bits - 1).view(torch.bfloat16)   # its neighbours
+    g16 = torch.from_numpy(got).to(torch.bfloat16)
+    # below e^-88 both sigmoids give 0: SiLU(-89) is -0, not -2e-37
+    ok = (g16 == want) | (g16 == up) | (g16 == down) | ((want.float().abs() < 1e-35) & (g16.float().abs() < 1e-35))
+    assert bool(ok.all()), f"{int((~ok).sum())} values off, e.g. x={x.reshape(-1)[~ok.reshape(-1).numpy()][:3]}"
+    assert float((g16 == want).float().mean()) >= 0.97
+
+
 def test_a_chain_of_convolutions_keeps_oneDNN_layouts_between_them():
     def build(op, x):
         y = x
