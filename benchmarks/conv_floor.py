@@ -22,6 +22,9 @@ flags and oneDNN) and runs it with the given threads:
                       one (the depthwise as the 1x1's append_dw post-op): oneDNN 3.2 runs the
                       fused form as ref_fused_convolution, the same two kernels in turn, and
                       refuses it at stride 2
+    gate_tiling_cost  a 1x1 convolution and the SiLU after it over the whole result against in
+                      tiles of pixels, each convolved and gated by one thread while in its cache
+                      (the runtime's gate_in_tiles for results of 16 MB and more)
     gemv_cost         oneDNN's matmul for the zoo's classifier heads at batch 1, f32 and bf16,
                       weights warm and cold, against the runtime's own (runtime/gemv.h)
 

@@ -8,6 +8,7 @@ ulp.
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -174,6 +175,53 @@ def test_a_gate_rounded_to_bf16_is_within_its_rounding_everywhere(act):
     ok = (g16 == want) | (g16 == up) | (g16 == down) | ((want.float().abs() < 1e-35) & (g16.float().abs() < 1e-35))
     assert bool(ok.all()), f"{int((~ok).sum())} values off, e.g. x={x.reshape(-1)[~ok.reshape(-1).numpy()][:3]}"
     assert float((g16 == want).float().mean()) >= 0.97
+
+
+def gated_pointwise(op, x, size: int, act: str, bias: bool, kernel: int = 1):
+    """FusedConv(act) 16 -> 64 channels over size x size: at 256 and up its f32 result reaches
+    16 MB, where the runtime convolves and gates it in tiles of pixels (~2000 here)."""
+    y = op.FusedConv(x, const(op, 64, 16, kernel, kernel), const(op, 64) if bias else None,
+                     pads=[kernel // 2] * 4, **activation_attrs(act))
+    y.shape, y.dtype = (1, 64, size, size), DType.FLOAT
+    return y
+
+
+def step_kernel(model, op_type: str = "FusedConv") -> str:
+    return next(k for n, k in model.plan.kernels.items() if n.op_type == op_type)
+
+
+@pytest.mark.parametrize("act", ["SiLU", "GeluTanh"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_a_large_gated_pointwise_convolution_runs_in_tiles(act, bias):
+    """260 x 260 pixels (34 tiles, the last one shorter), the gated result read on by a max pool:
+    equal to the torch backend, and its step says it ran in tiles."""
+    g = graph({"x": (1, 16, 260, 260)}, lambda op, x: [
+        (op.MaxPool(gated_pointwise(op, x, 260, act, bias), kernel_shape=[2, 2], strides=[2, 2]), (1, 64, 130, 130))])
+    model = check_native(g, bound=1e-4)
+    assert re.search(r"in tiles of \d+ pixels \+ runtime (silu|tanh-gelu)$", step_kernel(model))
+
+
+def test_tiles_in_bf16_equal_the_whole_gate_rounded_once():
+    """In bf16 the tiles' gate writes the bf16 result from the f32 one, as the whole step does:
+    each value is the torch backend's, rounded to bf16 (or its neighbour)."""
+    g = graph({"x": (1, 16, 256, 256)}, lambda op, x: [
+        (op.MaxPool(gated_pointwise(op, x, 256, "SiLU", True), kernel_shape=[1, 1]), (1, 64, 256, 256))])
+    x = torch.randn(1, 16, 256, 256).to(torch.bfloat16).float().numpy()
+    bf16 = autofusion.compile(g, level=0, backend="native", precision="bf16")
+    assert "in tiles of" in step_kernel(bf16)
+    got = torch.from_numpy(bf16.run({"x": x})[g.outputs[0].name])
+    w, b = (torch.from_numpy(v.const) for v in g.nodes[0].inputs[1:3])
+    want = torch.nn.functional.silu(torch.nn.functional.conv2d(torch.from_numpy(x).double(),
+                                                               w.to(torch.bfloat16).double(), b.double()))
+    assert float((got - want).abs().max()) <= 2 ** -7 * float(want.abs().max())
+
+
+@pytest.mark.parametrize("size, kernel", [(64, 1), (260, 3)])
+def test_small_or_not_pointwise_gated_convolutions_run_whole(size, kernel):
+    g = graph({"x": (1, 16, size, size)}, lambda op, x: [
+        (op.MaxPool(gated_pointwise(op, x, size, "SiLU", True, kernel), kernel_shape=[1, 1]), (1, 64, size, size))])
+    model = autofusion.compile(g, level=0, backend="native")
+    assert step_kernel(model).endswith(" + runtime silu") and "tiles" not in step_kernel(model)
 
 
 def test_a_chain_of_convolutions_keeps_oneDNN_layouts_between_them():
