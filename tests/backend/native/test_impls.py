@@ -224,6 +224,18 @@ def test_small_or_not_pointwise_gated_convolutions_run_whole(size, kernel):
     assert step_kernel(model).endswith(" + runtime silu") and "tiles" not in step_kernel(model)
 
 
+def test_a_large_gated_convolution_with_a_computed_weight_runs_whole():
+    """A weight computed at run time (a gate folded into it) is reordered on each call, which the
+    tiles do not do: the step runs whole, and right."""
+    def build(op, x, w):
+        y = op.FusedConv(x, op.Mul(w, const(op, 64, 1, 1, 1)), const(op, 64), **activation_attrs("SiLU"))
+        y.producer.inputs[1].shape, y.producer.inputs[1].dtype = (64, 16, 1, 1), DType.FLOAT
+        y.shape, y.dtype = (1, 64, 256, 256), DType.FLOAT
+        return [(op.MaxPool(y, kernel_shape=[2, 2], strides=[2, 2]), (1, 64, 128, 128))]
+    model = check_native(graph({"x": (1, 16, 256, 256), "w": (64, 16, 1, 1)}, build), bound=1e-4)
+    assert "tiles" not in step_kernel(model) and step_kernel(model).endswith(" + runtime silu")
+
+
 def test_a_chain_of_convolutions_keeps_oneDNN_layouts_between_them():
     def build(op, x):
         y = x

@@ -622,13 +622,13 @@ struct Partition::Impl {
     if (written != dst) reorder(written, md_of(written), dst, md_of(dst));
   }
 
-  // A gated 1x1 convolution (stride 1, no padding; channels-last, a product over pixels) whose
-  // f32 result would not stay in cache runs in tiles of pixels: each thread convolves its own
-  // tiles (oneDNN run inside a parallel region runs on one thread) into an f32 buffer in its L2,
-  // and gates it from there into dst. Whole, the result goes to memory and is read back by the
-  // gate (EfficientNet-B4's 24 -> 144 at 190x190 in bf16: 3.1 -> 1.5 ms; smaller results stay in
-  // L3, 32 MB here, and whole is faster: `python -m benchmarks.conv_floor --program
-  // gate_tiling_cost`). False, adding nothing, where the step does not qualify.
+  // A gated 1x1 convolution (stride 1, no padding, a constant weight; channels-last, a product
+  // over pixels) whose f32 result would not stay in cache runs in tiles of pixels: each thread
+  // convolves its own tiles (oneDNN run inside a parallel region runs on one thread) into an f32
+  // buffer in its L2, and gates it from there into dst. Whole, the result goes to memory and is
+  // read back by the gate (EfficientNet-B4's 24 -> 144 at 190x190 in bf16: 2.5 -> 1.5 ms;
+  // smaller results stay in L3, 32 MB here, and whole is as fast: `python -m benchmarks.conv_floor
+  // --program gate_tiling_cost`). False, adding nothing, where the step does not qualify.
   static constexpr int64_t TILED_GATE_FROM = int64_t(16) << 20;   // bytes of f32 result
   static constexpr int64_t TILE_BYTES = int64_t(512) << 10;       // one thread's f32 tile
 
@@ -982,7 +982,7 @@ void Partition::conv(int dst, int src, int w, int b, int residual, const Dims& s
     } catch (const dnnl::error&) {
     }
   }
-  const bool pointwise = groups == 1 && residual < 0 &&
+  const bool pointwise = groups == 1 && residual < 0 && m.val(w).kind == Kind::Constant &&
                          std::all_of(wdims.begin() + 2, wdims.end(), [](int64_t k) { return k == 1; }) &&
                          std::all_of(strides.begin(), strides.end(), [](int64_t s) { return s == 1; }) &&
                          std::all_of(pad_begin.begin(), pad_begin.end(), [](int64_t p) { return p == 0; }) &&
