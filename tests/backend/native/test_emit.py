@@ -16,6 +16,14 @@ from autofusion.ir.activations import activation_attrs
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 
 
+def assert_snapshot(source: str, name: str) -> None:
+    """source equals snapshots/NAME (rewritten first under AUTOFUSION_UPDATE_SNAPSHOTS)."""
+    path = SNAPSHOTS / name
+    if os.environ.get("AUTOFUSION_UPDATE_SNAPSHOTS"):
+        path.write_text(source)
+    assert source == path.read_text()
+
+
 def small_cnn() -> Graph:
     """conv+relu → conv+residual+relu → global pool + linear head, with a reshape in between."""
     g = Graph("small_cnn", {"": 21})
@@ -34,10 +42,7 @@ def small_cnn() -> Graph:
 
 def test_generated_source_matches_the_snapshot():
     source, bound = emit_model(lower(small_cnn(), "native"), "small_cnn")
-    path = SNAPSHOTS / "small_cnn.cpp"
-    if os.environ.get("AUTOFUSION_UPDATE_SNAPSHOTS"):
-        path.write_text(source)
-    assert source == path.read_text()
+    assert_snapshot(source, "small_cnn.cpp")
     (part,) = bound.values()
     assert [c.shape for c in part.constants] == [(8, 3, 3, 3), (8,), (8, 8, 3, 3), (8,), (4,), (8, 4)]
 
@@ -56,10 +61,7 @@ def residual_linear() -> Graph:
 
 def test_a_residual_is_the_linear_calls_last_argument():
     source, _ = emit_model(lower(residual_linear(), "native"), "residual_linear")
-    path = SNAPSHOTS / "residual_linear.cpp"
-    if os.environ.get("AUTOFUSION_UPDATE_SNAPSHOTS"):
-        path.write_text(source)
-    assert source == path.read_text()
+    assert_snapshot(source, "residual_linear.cpp")
 
 
 def test_float_literals():

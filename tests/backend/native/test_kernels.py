@@ -4,9 +4,7 @@ snapshots, that the compiler vectorises the inner loop (every reduction pass of 
 too), and the check's refusals."""
 from __future__ import annotations
 
-import os
 import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,7 +20,8 @@ from autofusion.ir.activations import ACTIVATIONS, activation_attrs
 from autofusion.ir.region_space import Space
 from autofusion.ir.scalar import EXPRESSIONS, ROW_OPS
 
-SNAPSHOTS = Path(__file__).parent / "snapshots"
+from .test_emit import assert_snapshot
+
 needs_native = pytest.mark.skipif(unavailable() is not None, reason=f"no native code: {unavailable()}")
 
 SHAPE = (2, 3, 16)
@@ -246,10 +245,7 @@ def test_a_row_kernel_has_a_pass_per_level_of_reductions():
                                          (gate_and_product, 16), (softmax_scale_mask, 1), (rms_norm_weight, 1)])
 def test_generated_source_matches_the_snapshot(make, lanes):
     source = kernel_source(make().nodes[0], "kernel_0_0", lanes)
-    path = SNAPSHOTS / f"region_{make.__name__}{'_16_lanes' if lanes > 1 else ''}.cpp"
-    if os.environ.get("AUTOFUSION_UPDATE_SNAPSHOTS"):
-        path.write_text(source + "\n")
-    assert source + "\n" == path.read_text()
+    assert_snapshot(source + "\n", f"region_{make.__name__}{'_16_lanes' if lanes > 1 else ''}.cpp")
 
 
 @needs_native
