@@ -682,7 +682,7 @@ struct Partition::Impl {
     e.kernel = std::string(whole_tile->impl_info_str()) + " in tiles of " + std::to_string(tile) + " pixels + " +
                gate_name(gate);
     const size_t in_bytes = memory::data_type_size(compute) * in[1], out_values = out[1];
-    e.own = [t, gate, tile, tiles, last, in_bytes, out_values](Exec& self) {
+    e.own = [this, t, gate, tile, tiles, last, in_bytes, out_values](Exec& self) {
       auto& bound = self.bound;
       const char* x = static_cast<const char*>(bound[DNNL_ARG_SRC].get_data_handle());
       const memory& y = bound[DNNL_ARG_DST];
@@ -712,7 +712,7 @@ struct Partition::Impl {
           else gate_into(gate, f, static_cast<float*>(y.get_data_handle()) + at, n);
         }
       }
-      if (!error.empty()) throw std::runtime_error(error);
+      if (!error.empty()) fail(error);   // naming the node, as a primitive's error does
     };
     execs.push_back(std::move(e));
     finish(dst, y);
