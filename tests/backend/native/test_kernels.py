@@ -289,14 +289,20 @@ def test_the_16_lane_form_is_straight_vector_code(tmp_path):
 
 
 @needs_native
-def test_strided_reads_and_writes_and_a_masked_tail(lanes):
-    """A transposed input, a broadcast one and a transposed output over [3, 5, 37] (37 = 2·16 + 5
-    along the inner axis): every element once, none past the end."""
-    def build_body(op, x, xt, s):
-        y = op.Add(op.Tanh(x), op.Transpose(xt, perm=[1, 2, 0]))
-        return [op.Mul(y, s), op.Transpose(op.Sigmoid(y), perm=[2, 0, 1])]
-    graph = body_region("strided", {"x": (3, 5, 37), "xt": (37, 3, 5), "s": (1, 5, 1)}, build_body)
+@pytest.mark.parametrize("width", [37, 165])
+def test_strided_reads_and_writes_and_a_masked_tail(lanes, width):
+    """A transposed input, a broadcast one, a transposed output and one broadcast along the outer
+    axis, over [3, 5, width] (37 = 2·16 + 5 along the inner axis: one unrolled step of 2 vectors,
+    then a masked one; 165: 8 vectors a step, then 16 at a time to a masked end): every element
+    once, none past the end."""
+    def build_body(op, x, xt, s, w):
+        g = op.Neg(w)
+        y = op.Add(op.Add(op.Tanh(x), op.Transpose(xt, perm=[1, 2, 0])), g)
+        return [op.Mul(y, s), op.Transpose(op.Sigmoid(y), perm=[2, 0, 1]), g]
+    graph = body_region("strided", {"x": (3, 5, width), "xt": (width, 3, 5), "s": (1, 5, 1),
+                                    "w": (1, 5, width)}, build_body)
     native = autofusion.compile(graph, level=0, backend="native")
+    assert "generated" in str(native.plan)
     rng = np.random.default_rng(1)
     data = {k: rng.uniform(-4, 4, v.shape).astype(np.float32) for k, v in
             {v.name: v for v in graph.inputs}.items()}

@@ -22,7 +22,13 @@ namespace af {
 typedef __m512 vec16;
 
 // the lanes of a loop with `left` elements to go: all 16 but at the end
-inline __mmask16 lanes_from(int64_t left) { return left >= 16 ? __mmask16(0xffff) : first(left); }
+constexpr __mmask16 ALL_LANES = 0xffff;
+inline __mmask16 lanes_from(int64_t left) { return left >= 16 ? ALL_LANES : first(left); }
+
+// a statement of an unrolled loop's step over each of its n vectors, u = 0 … n-1, written out
+// (kernels.py): one statement over all the vectors, then the next, so their independent chains
+// of dependent operations sit side by side for the out-of-order core
+#define AF_EACH(n) _Pragma("GCC unroll 16") for (int u = 0; u < (n); ++u)
 
 // with vector.h's masked load16 and store16: lanes every stride-th float apart, and a value that
 // does not vary along the loop stored to every lane
