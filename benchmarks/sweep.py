@@ -4,6 +4,7 @@ fusion level, against ONNX Runtime.
     python -m benchmarks.sweep                                    # everything, into sweep-out/
     python -m benchmarks.sweep --models 'resnet|bert' --variants ts17,ts17-dyn --levels 0,2
     python -m benchmarks.sweep --backends native,torch --out sweep-out --timeout 600
+    python -m benchmarks.sweep --variants ts17 --levels 2 --precision bf16 --out sweep-bf16
 
 The architectures (ARCHITECTURES, below) are torchvision's classification, segmentation,
 detection and video models and transformers models built from configs, all with random seeded
@@ -18,7 +19,9 @@ dynamic export is made at batch 2, since torch.export specialises a size of 1, a
 sizes). An export that fails is the exporter's failure: it is recorded and skipped, as is one
 ONNX Runtime cannot run. Each exported variant is compiled at each level on each backend, run on
 fixed random inputs and every output compared with ONNX Runtime's: a float output passes when
-max|ours - ORT| <= TOLERANCE * max|ORT|, any other output when it is equal.
+max|ours - ORT| <= TOLERANCE[precision] * max|ORT|, any other output when it is equal. With
+--precision bf16 or fp16 autofusion compiles at that precision (ONNX Runtime stays fp32), and the
+tolerance is a reduced precision's: it catches a wrong result, not rounding.
 
 Each variant runs in a subprocess of its own with a time limit (a crash or hang costs that
 variant only; its unfinished runs are recorded as timeout or crash). Results go to
@@ -48,9 +51,11 @@ from torch import nn
 
 from . import models
 from .machine import machine_info
-from .systems import max_rel_diff
+from .systems import PRECISION_TOLERANCE, max_rel_diff
 
-TOLERANCE = 1e-3            # float outputs: max abs difference / the ORT output's max magnitude
+# float outputs: max abs difference / the ORT output's max magnitude, per autofusion precision
+# (a reduced one's is the zoo's: systems.py)
+TOLERANCE = {"fp32": 1e-3, "bf16": PRECISION_TOLERANCE["bf16"], "fp16": PRECISION_TOLERANCE["bf16"]}
 LEVELS = (0, 1, 2)
 BACKENDS = ("native", "torch")
 DEFAULT_VARIANTS = ("ts17", "ts17-dyn", "dynamo18", "dynamo18-dyn", "ts13", "ts20-dyn")
@@ -342,9 +347,9 @@ def parse_variant(name: str) -> Variant:
 
 # ---- one variant (runs in the worker process) -----------------------------------------------
 
-def compare_output(got: np.ndarray, want: np.ndarray) -> dict:
+def compare_output(got: np.ndarray, want: np.ndarray, tolerance: float = TOLERANCE["fp32"]) -> dict:
     """Our output against ONNX Runtime's: max abs and rel (to max|want|) difference and whether
-    it passes (floats within TOLERANCE, anything else equal; shapes must agree)."""
+    it passes (floats within `tolerance`, anything else equal; shapes must agree)."""
     got, want = np.asarray(got), np.asarray(want)
     if got.shape != want.shape:
         return {"ok": False, "max_abs": None, "max_rel": None,
@@ -356,7 +361,7 @@ def compare_output(got: np.ndarray, want: np.ndarray) -> dict:
     max_abs = float(np.abs(g64[finite] - w64[finite]).max()) if finite.any() else 0.0
     if np.issubdtype(want.dtype, np.floating):
         rel = max_rel_diff([g64], [w64])
-        ok = rel <= TOLERANCE
+        ok = rel <= tolerance
     else:
         rel = 0.0 if np.array_equal(got, want) else float("inf")
         ok = rel == 0.0
@@ -429,14 +434,15 @@ def worst_difference(got: list[dict], want: list[dict]) -> float | None:
     return None if not rels or None in rels else max(rels)
 
 
-def _run_level(path: str, level: int, backend: str, threads: int, feeds: list[dict],
-               refs: list[dict], eager: list[dict]) -> dict:
+def _run_level(path: str, level: int, backend: str, threads: int, precision: str,
+               feeds: list[dict], refs: list[dict], eager: list[dict]) -> dict:
     """One (level, backend) run: compile, run at every size, compare every output with ONNX
     Runtime's (and with PyTorch eager's: when ONNX Runtime differs, which one is off)."""
     import autofusion
     t = time.monotonic()
     try:
-        model = autofusion.compile(path, level=level, backend=backend, threads=threads)
+        model = autofusion.compile(path, level=level, backend=backend, threads=threads,
+                                   precision=precision)
     except Exception as e:  # noqa: BLE001 - any failure is a result to record, not a stop
         return {"status": "compile error", "error": first_line(e)}
     result = {"compile_s": round(time.monotonic() - t, 2), "outputs": []}
@@ -447,7 +453,7 @@ def _run_level(path: str, level: int, backend: str, threads: int, feeds: list[di
         except Exception as e:  # noqa: BLE001
             return {**result, "status": "run error", "error": first_line(e)}
         ours.append(got)
-        result["outputs"].append({n: compare_output(got[n], want) if n in got else
+        result["outputs"].append({n: compare_output(got[n], want, TOLERANCE[precision]) if n in got else
                                   {"ok": False, "why": "output missing"} for n, want in ref.items()})
     bad = [f"{n}: {c.get('why') or 'max rel %.3g' % c['max_rel']}"
            for size in result["outputs"] for n, c in size.items() if not c["ok"]]
@@ -461,7 +467,7 @@ def _run_level(path: str, level: int, backend: str, threads: int, feeds: list[di
 
 
 def run_variant(arch: Architecture, variant: Variant, levels: list[int], backends: list[str],
-                workdir: Path, threads: int, save: Callable[[dict], None]) -> dict:
+                workdir: Path, threads: int, save: Callable[[dict], None], precision: str = "fp32") -> dict:
     """Export, run ONNX Runtime, then every (level, backend); `save` gets the record after each
     step, so a timeout or crash leaves what was done."""
     record = {"architecture": arch.name, "family": arch.family, "config": arch.config,
@@ -506,7 +512,7 @@ def run_variant(arch: Architecture, variant: Variant, levels: list[int], backend
     for level in levels:
         for backend in backends:
             record["runs"].append({"level": level, "backend": backend,
-                                   **_run_level(path, level, backend, threads, feeds, refs, eager)})
+                                   **_run_level(path, level, backend, threads, precision, feeds, refs, eager)})
             save(record)
     record["status"] = "done"
     save(record)
@@ -548,7 +554,7 @@ def _close_unfinished(path: Path, arch: Architecture, variant: Variant, why: str
 def _worker_command(arch: str, variant: str, args) -> list[str]:
     return [sys.executable, "-m", "benchmarks.sweep", "--worker", arch, variant,
             "--levels", ",".join(map(str, args.levels)), "--backends", ",".join(args.backends),
-            "--threads", str(args.threads), "--out", str(args.out)]
+            "--threads", str(args.threads), "--precision", args.precision, "--out", str(args.out)]
 
 
 def _run_worker(arch: Architecture, variant: Variant, args) -> None:
@@ -604,13 +610,15 @@ def _cell(text) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def summary_markdown(records: list[dict], command: str, levels: list[int], backends: list[str]) -> str:
+def summary_markdown(records: list[dict], command: str, levels: list[int], backends: list[str],
+                     precision: str = "fp32") -> str:
     t = totals(records)
     skipped = [r for r in records if r.get("status") != "done"]
     lines = ["# Architecture sweep", "",
              f"`{command}`, {datetime.date.today().isoformat()}. Random weights; each exported "
              f"variant compiled at each level and backend and compared with ONNX Runtime (float "
-             f"outputs within {TOLERANCE:g} of the output's largest magnitude, others equal).", "",
+             f"outputs within {TOLERANCE[precision]:g} of the output's largest magnitude, others equal; "
+             f"autofusion in {precision}).", "",
              f"**{total_line(t)}** ({t['variants_tried'] - t['variants']} of {t['variants_tried']} "
              f"variants not run: the exporter or ONNX Runtime failed, listed below).", "",
              "## Per variant", "", "| variant | architectures exported | runs equal to ONNX Runtime |",
@@ -664,12 +672,13 @@ def summary_markdown(records: list[dict], command: str, levels: list[int], backe
     return "\n".join(lines) + "\n"
 
 
-def write_summary(out: Path, command: str, levels: list[int], backends: list[str]) -> str:
+def write_summary(out: Path, command: str, levels: list[int], backends: list[str],
+                  precision: str = "fp32") -> str:
     records = load_records(out)
     (out / "sweep.json").write_text(json.dumps(
-        {"machine": machine_info(command), "tolerance": TOLERANCE, "totals": totals(records),
-         "variants": records}, indent=1))
-    text = summary_markdown(records, command, levels, backends)
+        {"machine": machine_info(command), "precision": precision, "tolerance": TOLERANCE[precision],
+         "totals": totals(records), "variants": records}, indent=1))
+    text = summary_markdown(records, command, levels, backends, precision)
     (out / "sweep.md").write_text(text)
     return text
 
@@ -710,6 +719,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=900, help="seconds per variant (default 900)")
     p.add_argument("--threads", type=int, default=1,
                    help="threads for ONNX Runtime and autofusion in each variant (default 1)")
+    p.add_argument("--precision", choices=list(TOLERANCE), default="fp32",
+                   help="autofusion's precision (default fp32; the tolerance follows it)")
     p.add_argument("--fresh", action="store_true", help="rerun the variants already finished")
     p.add_argument("--keep-onnx", action="store_true", help="keep the exported files in <out>/onnx")
     p.add_argument("--list", action="store_true", help="list the architectures and exit")
@@ -723,7 +734,7 @@ def _worker(args) -> int:
     path = _variant_file(args.out, arch.name, variant.name)
     save = lambda record: path.write_text(json.dumps(record, indent=1))
     workdir = args.out / "onnx"
-    run_variant(arch, variant, args.levels, args.backends, workdir, args.threads, save)
+    run_variant(arch, variant, args.levels, args.backends, workdir, args.threads, save, args.precision)
     if not args.keep_onnx:
         for f in workdir.glob(f"{arch.name}.{variant.name}.onnx*"):
             f.unlink()
@@ -758,7 +769,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"skipping {skipped} variants finished in {args.out} (--fresh reruns them)",
               file=sys.stderr)
     _run_all(todo, args, command)
-    text = write_summary(args.out, command, args.levels, args.backends)
+    text = write_summary(args.out, command, args.levels, args.backends, args.precision)
     print(text)
     return 0
 
@@ -779,7 +790,7 @@ def _run_all(todo: list[tuple[Architecture, Variant]], args, command: str) -> No
                   f"{record.get('status')}" + (f", {passed}/{len(runs)} pass" if runs else
                                                 f" ({record.get('error')})"),
                   file=sys.stderr, flush=True)
-            write_summary(args.out, command, args.levels, args.backends)
+            write_summary(args.out, command, args.levels, args.backends, args.precision)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from autofusion.backend import native
+from autofusion.backend import precision as P
 from benchmarks import sweep
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,7 +40,7 @@ def test_tiny_resnet_static_and_dynamic_exports_equal_onnx_runtime_on_both_backe
     # the dynamic export runs at its export size and at a second batch and image size
     assert dynamic["inputs"] == [{"pixel_values": [2, 3, 64, 64]}, {"pixel_values": [3, 3, 96, 96]}]
     for run in static["runs"] + dynamic["runs"]:
-        assert run["status"] == "pass" and run["max_rel"] <= sweep.TOLERANCE
+        assert run["status"] == "pass" and run["max_rel"] <= sweep.TOLERANCE["fp32"]
     assert {(r["level"], r["backend"]) for r in dynamic["runs"]} == {
         (0, "native"), (0, "torch"), (2, "native"), (2, "torch")}
     line = "1 architectures, 2 variants, 8 of 8 level×variant runs equal to ONNX Runtime"
@@ -48,6 +50,19 @@ def test_tiny_resnet_static_and_dynamic_exports_equal_onnx_runtime_on_both_backe
     again = _sweep(out, "--variants", "ts17,ts17-dyn", "--levels", "0,2", "--backends", "native,torch")
     assert "skipping 2 variants finished" in again.stderr
     assert json.loads((out / "sweep.json").read_text())["variants"] == result["variants"]
+
+
+@pytest.mark.skipif(native.unavailable() is not None or not P.has_bf16(),
+                    reason="needs the native backend on a CPU with bf16 dot products")
+def test_a_bf16_sweep_compiles_at_bf16_and_compares_within_its_tolerance(tmp_path):
+    out = tmp_path / "sweep"
+    _sweep(out, "--variants", "ts17", "--levels", "2", "--precision", "bf16")
+    result = json.loads((out / "sweep.json").read_text())
+    assert result["precision"] == "bf16" and result["tolerance"] == sweep.TOLERANCE["bf16"]
+    [run] = result["variants"][0]["runs"]
+    # off fp32 by bf16's rounding: more than fp32's tolerance allows, within bf16's
+    assert run["status"] == "pass" and sweep.TOLERANCE["fp32"] < run["max_rel"] <= sweep.TOLERANCE["bf16"]
+    assert "autofusion in bf16" in (out / "sweep.md").read_text()
 
 
 def test_a_variant_past_its_time_limit_is_recorded_and_the_sweep_goes_on(tmp_path):
