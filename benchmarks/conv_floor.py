@@ -27,6 +27,9 @@ flags and oneDNN) and runs it with the given threads:
                       (the runtime's gate_in_tiles for results of 16 MB and more)
     gemv_cost         oneDNN's matmul for the zoo's classifier heads at batch 1, f32 and bf16,
                       weights warm and cold, against the runtime's own (runtime/gemv.h)
+    channel_scale_cost  a squeeze-excitation's scale on a channels-last activation (MobileNetV3-L's
+                      eight): oneDNN's binary multiply against the runtime's own loop
+                      (runtime/channel_scale.h)
 
     python -m benchmarks.conv_floor --threads 2
     python -m benchmarks.conv_floor --program gate_cost

@@ -15,6 +15,7 @@
 // input's bytes (an alias, a byte offset, strides), copied once by the first reader that needs
 // it dense (ensure(), dense()).
 #include "native.h"
+#include "channel_scale.h"
 #include "gated.h"
 #include "gemv.h"
 #include "layernorm.h"
@@ -34,6 +35,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -557,6 +559,39 @@ struct Partition::Impl {
     add(pd, dnnl::softmax_forward(pd), {view(DNNL_ARG_SRC, src, src_md), view(DNNL_ARG_DST, dst, dst_md)});
   }
 
+  // y = a·b (y in a's layout) by the runtime's own loop (channel_scale.h) where a is dense
+  // channels-last and b dense with one value per channel, for every batch or for each; false
+  // where not (oneDNN's binary then)
+  bool scale_channels(int a, int b, int y) {
+    const memory::desc &md = md_of(a), &b_md = md_of(b);
+    const Dims dims = md.get_dims(), scales = b_md.get_dims();
+    int64_t outer, pixels, channels;
+    if (!VECTORISED || !channel_minor(md, outer, pixels, channels) || channels != dims[1] ||
+        scales.size() != dims.size() || scales[1] != dims[1] || (scales[0] != 1 && scales[0] != dims[0]) ||
+        b_md != plain(scales, b_md.get_data_type()))
+      return false;
+    for (size_t i = 2; i < scales.size(); ++i)
+      if (scales[i] != 1) return false;
+    const bool x_bf16 = md.get_data_type() == dt::bf16, s_bf16 = b_md.get_data_type() == dt::bf16;
+    const bool per_batch = scales[0] != 1;
+    Exec own{dnnl::primitive(), {use(DNNL_ARG_SRC_0, a), use(DNNL_ARG_SRC_1, b), use(DNNL_ARG_DST, y)}, {}, node, step};
+    own.own = [=](Exec& e) {
+      const void* x = e.bound[DNNL_ARG_SRC_0].get_data_handle();
+      const void* s = e.bound[DNNL_ARG_SRC_1].get_data_handle();
+      void* out = e.bound[DNNL_ARG_DST].get_data_handle();
+      auto run = [&](auto* xs) {
+        using X = std::remove_const_t<std::remove_pointer_t<decltype(xs)>>;
+        if (s_bf16) af::scale_channels(xs, static_cast<const uint16_t*>(s), static_cast<X*>(out), outer, pixels, channels, per_batch);
+        else af::scale_channels(xs, static_cast<const float*>(s), static_cast<X*>(out), outer, pixels, channels, per_batch);
+      };
+      if (x_bf16) run(static_cast<const uint16_t*>(x));
+      else run(static_cast<const float*>(x));
+    };
+    own.kernel = "runtime channel scale";
+    execs.push_back(std::move(own));
+    return true;
+  }
+
   // y = x·W + b for one row x (gemv.h): x dense in the step's compute type, W and b constants;
   // the id written, for finish()
   int gemv(int dst, int x, int w, int bias, const memory::desc& out, int64_t k, int64_t n) {
@@ -1064,6 +1099,7 @@ void Partition::binary(int dst, int a, int b, Bin op, const Acts& acts, bool in_
   b = m.dense(b);
   const memory::desc md = m.md_of(a);
   int y = m.write_over(dst, a, in_place);
+  if (op == Bin::Mul && acts.empty() && m.scale_channels(a, b, y)) return m.finish(dst, y);
   const memory::desc& given = m.md_of(b);
   if (given.get_data_type() != md.get_data_type() && given.get_dims() != md.get_dims())
     // a broadcast operand of another type (a bf16 gate scaling an f32 weight): converted to
