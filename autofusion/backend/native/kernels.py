@@ -13,10 +13,11 @@
               loop's last lanes masked; elsewhere a `#pragma omp simd` loop of floats, which the
               compiler vectorises. An operand broadcast along the inner axis is one float for
               all lanes, one transposed onto it is read and written lane by lane
-    unrolled  a 16-lane loop goes up to 8 vectors a step, each statement over all of them in
-              turn (AF_EACH), then 16 at a time to the end: a sigmoid or tanh is a chain of ~20
-              dependent operations, and only independent chains side by side keep the
-              out-of-order core busy (elementwise-8's kernel, 0.32 → 0.24 ms)
+    unrolled  a 16-lane loop goes up to 8 vectors a step (fewer for a body of over 32 ops), each
+              statement over all of them in turn (AF_EACH), then 16 at a time to the end: a
+              sigmoid or tanh is a chain of ~20 dependent operations, and only independent
+              chains side by side keep the out-of-order core busy (elementwise-8's kernel,
+              0.32 → 0.24 ms)
     outputs   an output smaller than S (a value that also leaves the region before a broadcast)
               is stored where the axes it broadcasts along are at 0: each element once; one
               constant along the innermost axis after the vector loop, from its first element
@@ -56,7 +57,8 @@ from .emit import PartitionSource
 from .impls import native
 
 PARALLEL_ELEMENTS = 1 << 15   # below this, one thread is faster than waking the others
-UNROLL = 8                    # vectors a step of an unrolled 16-lane loop, at most
+UNROLL = 8                    # vectors a step of an unrolled 16-lane loop, at most,
+UNROLLED_OPS = 256            # and ops × vectors at most: GCC's time grows faster than the code
 INIT = {"sum": "0.f", "max": "(-af::inf)", "min": "af::inf"}
 COMBINE = {"sum": "{acc} += {x};", "max": "{acc} = af_max({acc}, {x});",
            "min": "{acc} = af_min({acc}, {x});"}
@@ -180,7 +182,7 @@ def _loop_nest_source(node: Node, b: _Body, fn: str, lanes: int) -> str:
     rank, inner = len(sizes), len(sizes) - 1
     idx = [f"i{d}" for d in range(rank)]
     vector = lanes > 1 and sizes[inner] >= lanes
-    unroll = _unroll(sizes[inner] // lanes) if vector else 1
+    unroll = _unroll(sizes[inner] // lanes, len(body.nodes)) if vector else 1
     unrolled_end = sizes[inner] // (lanes * unroll) * lanes * unroll if unroll > 1 else 0
 
     def at(o: Operand, index: dict[str, str], nth: bool = False) -> str:
@@ -296,10 +298,13 @@ def _loop_nest_source(node: Node, b: _Body, fn: str, lanes: int) -> str:
     return "\n".join(lines)
 
 
-def _unroll(vectors: int) -> int:
-    """Vectors a step of a 16-lane loop over `vectors` of them: the largest power of two up to
-    UNROLL that fits, so the 16-at-a-time loop after it has fewer than that many to go."""
-    return 1 << min(UNROLL.bit_length() - 1, max(vectors, 1).bit_length() - 1)
+def _unroll(vectors: int, ops: int) -> int:
+    """Vectors a step of a 16-lane loop over `vectors` of them, for a body of `ops`: the largest
+    power of two within UNROLL and UNROLLED_OPS that fits, so the 16-at-a-time loop after it has
+    fewer than that many to go. (A 1,000-op region of the 30,000-op chain stays one vector a
+    step: unrolled, GCC took minutes over it.)"""
+    most = min(UNROLL, max(vectors, 1), max(UNROLLED_OPS // max(ops, 1), 1))
+    return 1 << (most.bit_length() - 1)
 
 
 def _name_values(b: _Body) -> None:

@@ -312,6 +312,19 @@ def test_strided_reads_and_writes_and_a_masked_tail(lanes, width):
         np.testing.assert_allclose(got[k], want[k], rtol=2e-6, atol=1e-6, err_msg=k)
 
 
+@pytest.mark.parametrize("ops, unroll", [(7, 8), (100, 2), (300, 1)])
+def test_a_longer_body_is_unrolled_over_fewer_vectors(ops, unroll):
+    """Up to 8 vectors a step, and at most 256 ops × vectors: GCC's time grows faster than the
+    unrolled code (the 30,000-op chain's 1,000-op regions stay one vector a step)."""
+    def chain(op, x):
+        for _ in range(ops):
+            x = op.Relu(x)
+        return x
+    source = kernel_source(body_region("chain", {"x": (1, 64, 112, 112)}, chain).nodes[0], "k", lanes=16)
+    assert (f"up to {unroll} vectors a step" in source) == (unroll > 1)
+    assert ("AF_EACH" in source) == (unroll > 1)
+
+
 def test_the_check_refuses_what_it_cannot_run_with_the_reason():
     graph = silu_scale()
     assert refusal(graph.nodes[0]) is None
