@@ -17,8 +17,8 @@ from ..ir.onnx_runtime_call import onnx_runtime_ops
 from . import native
 from .executor import Program, check_supported, storage, tensors_of, to_numpy
 from .lower import lower
-from .precision import (TOLERANCE, GuardReport, calibration_feeds, guard, propagate,
-                        relative_error, resolve)
+from .precision import (TOLERANCE, GuardReport, calibration_feeds, guard, output_error,
+                        propagate, resolve)
 from .specialise import specialise, symbolic_dims
 from .torch_cpu import TORCH_DTYPES
 
@@ -93,7 +93,7 @@ class CompiledModel:
             out.update(nodes={n: planned.get(n, "fp32") for n in out["nodes"]},
                        tolerance=g.tolerance, calibration=g.calibration,
                        checked=[vars(c) for c in g.checked],
-                       end_to_end={k: relative_error(outs[k], r) for k, r in reference.items()})
+                       end_to_end={k: output_error(outs[k], r) for k, r in reference.items()})
         return out
 
     def _program(self, graph: Graph) -> Program:

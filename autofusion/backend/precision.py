@@ -142,6 +142,16 @@ def relative_error(y: np.ndarray, ref: np.ndarray) -> float:
     return float(np.abs(y - ref).max()) / (scale if scale > 0 else 1.0)
 
 
+def output_error(y: np.ndarray, ref: np.ndarray) -> float | str:
+    """A model output's relative_error against fp32, or why there is none: an output whose size
+    depends on its values (the boxes a detector keeps) may have another shape at another
+    precision."""
+    y, ref = np.asarray(y), np.asarray(ref)
+    if y.shape != ref.shape:
+        return f"shape {list(y.shape)}, fp32's {list(ref.shape)}"
+    return relative_error(y, ref)
+
+
 def to_bf16(a: np.ndarray) -> np.ndarray:
     """a rounded to the nearest bf16 (ties to even), as fp32."""
     return torch.from_numpy(np.array(a, np.float32)).to(torch.bfloat16).float().numpy()

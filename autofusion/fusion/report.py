@@ -205,7 +205,8 @@ class FusionReport:
         lines += [f"    {c['op']} {c['node']!r}: bf16 error {c['error_reduced']:.2e} -> fp32 "
                   f"{c['error_fp32']:.2e}" for c in kept]
         lines.append("  End-to-end error against fp32 on the calibration inputs: "
-                     + ", ".join(f"{k} {e:.2e}" for k, e in p["end_to_end"].items()))
+                     + ", ".join(f"{k} {e:.2e}" if isinstance(e, float) else f"{k} not comparable ({e})"
+                                 for k, e in p["end_to_end"].items()))
         return lines
 
     def __str__(self) -> str:

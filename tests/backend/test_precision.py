@@ -254,6 +254,25 @@ def test_calibration_inputs_decide(tmp_path):
         assert p["calibration"] == "given" and not any(c["kept_fp32"] for c in p["checked"])
 
 
+@runs_native
+def test_an_output_whose_shape_the_values_decide_is_reported_not_comparable():
+    """y = x·I, then the indices where y > 1.0005: on x = 1.001 fp32 finds all four, bf16 (x
+    rounded to 1) none; the outputs' shapes differ, and the report says so instead of failing."""
+    model = _model(
+        [helper.make_node("MatMul", ["x", "I"], ["y"], name="product"),
+         helper.make_node("Greater", ["y", "bar"], ["above"]),
+         helper.make_node("NonZero", ["above"], ["where"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("where", TensorProto.INT64, [2, None])],
+        [numpy_helper.from_array(np.eye(4, dtype=np.float32), "I"),
+         numpy_helper.from_array(np.float32(1.0005), "bar")])
+    feeds = {"x": np.full((1, 4), 1.001, np.float32)}
+    m = autofusion.compile(model, precision="bf16", calibration=feeds)
+    assert m.plan.decisions[next(n for n in m.graph.nodes if "MatMul" in n.op_type)].precision == "bf16"
+    assert m.report.precision["end_to_end"] == {"where": "shape [2, 0], fp32's [2, 4]"}
+    assert "where not comparable (shape [2, 0], fp32's [2, 4])" in m.report.text()
+
+
 def test_bad_calibration_inputs_are_clear_errors(tmp_path):
     graph = import_onnx(long_cancelling_reduction())
     with pytest.raises(AutofusionError, match=r"calibration inputs lack \['x'\]"):
