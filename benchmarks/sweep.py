@@ -554,7 +554,8 @@ def _close_unfinished(path: Path, arch: Architecture, variant: Variant, why: str
 def _worker_command(arch: str, variant: str, args) -> list[str]:
     return [sys.executable, "-m", "benchmarks.sweep", "--worker", arch, variant,
             "--levels", ",".join(map(str, args.levels)), "--backends", ",".join(args.backends),
-            "--threads", str(args.threads), "--precision", args.precision, "--out", str(args.out)]
+            "--threads", str(args.threads), "--precision", args.precision, "--out", str(args.out),
+            *(["--keep-onnx"] if args.keep_onnx else [])]
 
 
 def _run_worker(arch: Architecture, variant: Variant, args) -> None:

@@ -56,13 +56,14 @@ def test_tiny_resnet_static_and_dynamic_exports_equal_onnx_runtime_on_both_backe
                     reason="needs the native backend on a CPU with bf16 dot products")
 def test_a_bf16_sweep_compiles_at_bf16_and_compares_within_its_tolerance(tmp_path):
     out = tmp_path / "sweep"
-    _sweep(out, "--variants", "ts17", "--levels", "2", "--precision", "bf16")
+    _sweep(out, "--variants", "ts17", "--levels", "2", "--precision", "bf16", "--keep-onnx")
     result = json.loads((out / "sweep.json").read_text())
     assert result["precision"] == "bf16" and result["tolerance"] == sweep.TOLERANCE["bf16"]
     [run] = result["variants"][0]["runs"]
     # off fp32 by bf16's rounding: more than fp32's tolerance allows, within bf16's
     assert run["status"] == "pass" and sweep.TOLERANCE["fp32"] < run["max_rel"] <= sweep.TOLERANCE["bf16"]
     assert "autofusion in bf16" in (out / "sweep.md").read_text()
+    assert [f.name for f in (out / "onnx").iterdir()] == ["tiny_resnet.ts17.onnx"]   # --keep-onnx
 
 
 def test_a_variant_past_its_time_limit_is_recorded_and_the_sweep_goes_on(tmp_path):
