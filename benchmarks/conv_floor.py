@@ -30,6 +30,8 @@ flags and oneDNN) and runs it with the given threads:
     channel_scale_cost  a squeeze-excitation's scale on a channels-last activation (MobileNetV3-L's
                       eight): oneDNN's binary multiply against the runtime's own loop
                       (runtime/channel_scale.h)
+    unroll_cost       elementwise-8's generated kernel one vector a step against 2, 4 and 8
+                      (kernels.py's unrolled loop): no oneDNN, only the runtime's lanes.h
 
     python -m benchmarks.conv_floor --threads 2
     python -m benchmarks.conv_floor --program gate_cost
