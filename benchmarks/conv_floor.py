@@ -32,6 +32,10 @@ flags and oneDNN) and runs it with the given threads:
                       (runtime/channel_scale.h)
     unroll_cost       elementwise-8's generated kernel one vector a step against 2, 4 and 8
                       (kernels.py's unrolled loop): no oneDNN, only the runtime's lanes.h
+    residual_cost     ResNet-50's bottleneck ends (1x1 + residual + ReLU) with the residual as a
+                      binary add post-op into a new buffer against a sum post-op over the
+                      residual's own: equal in cache (both warm here); in a network the sum
+                      touches one buffer fewer (runtime.cpp conv's over_residual)
 
     python -m benchmarks.conv_floor --threads 2
     python -m benchmarks.conv_floor --program gate_cost

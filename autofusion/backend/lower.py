@@ -275,8 +275,9 @@ def plan_values(part: Partition, decisions: dict[Node, Decision], graph: Graph) 
                                        max(step_of[r] for r, _ in reads), bf16=bf16,
                                        order=_order_for_reader(n, reads, decisions))
 
-    # in place: an eltwise/binary step may write over its first operand when that operand, and
-    # every view of its bytes, is read for the last time by this step
+    # in place: a step may write over the operand its impl's `overwrites` names (an eltwise or
+    # binary step's first, a convolution's residual) when that operand, and every view of its
+    # bytes, is read for the last time by this step
     views = {v: n.inputs[0] for n in part.nodes if decisions[n].impl.view for v in n.outputs}
     root = {}
     for v in part.values:

@@ -34,7 +34,7 @@ def native(*ops: str, check: Callable[[Node], str | None], plain: tuple[int, ...
            reorders_output: bool = False):
     """Register an emitter as the native implementation `name` of ops. `tensors`: the inputs the
     step reads at run time (default all); the others (shapes, axes) are read at compile time.
-    `overwrites`: the input an elementwise step may write its output over (the plan decides).
+    `overwrites`: the input a step may write its output over (the plan decides).
     `reduced`: its products run in bf16 where the plan's precision says (runtime/native.h).
     `estimate`: its cost in seconds, where it is not one call over the node's bytes.
     `reorders_output`: it can store its output with the axes in another order, the last kept
@@ -125,16 +125,25 @@ def check_conv(node: Node) -> str | None:
                  "the residual broadcasts to the output")
 
 
-@native("Conv", fused("FusedConv"), check=check_conv, reduced=True)
+def conv_residual(node: Node) -> Value | None:
+    """The residual a convolution may write its result over: not its own input, which it reads
+    around each pixel it writes."""
+    z = node.input(3)
+    return z if z is not node.inputs[0] else None
+
+
+@native("Conv", fused("FusedConv"), check=check_conv, reduced=True, overwrites=conv_residual)
 def emit_conv(node: Node, p: PartitionSource) -> str:
     """oneDNN convolution: layouts oneDNN picks, the weight reordered once (a computed one, a
-    gate folded into it, on each call), bias, residual and activation as post-ops."""
+    gate folded into it, on each call), bias, residual and activation as post-ops; the result
+    written over the residual where the plan says this step reads it last."""
     nd = node.inputs[1].rank - 2
     pads = _conv_pads(node)
     return p.call("conv", p.out(node), p.ref(node.inputs[0]), p.ref(node.inputs[1]),
                   p.ref(node.input(2)), p.ref(node.input(3)),
                   dims(node.attr("strides") or [1] * nd), dims(node.attr("dilations") or [1] * nd),
-                  dims(pads[:nd]), dims(pads[nd:]), node.attr("group", 1), p.acts(node_acts(node)))
+                  dims(pads[:nd]), dims(pads[nd:]), node.attr("group", 1), p.acts(node_acts(node)),
+                  p.in_place(node))
 
 
 # ---- pooling ---------------------------------------------------------------------------------

@@ -69,10 +69,11 @@ class Partition {
   // ---- steps: node() starts the next one (its name goes into every error it raises)
   void node(const char* name, Precision precision = Precision::F32);
   // act(conv(src, w) + b + residual); dilations as ONNX counts them (1 = dense); w a constant
-  // (reordered once) or, ungrouped, a computed value (reordered on each call)
+  // (reordered once) or, ungrouped, a computed value (reordered on each call); in_place: the
+  // result may be written over the residual's bytes (this step reads them last)
   void conv(int dst, int src, int w, int b, int residual, const Dims& strides,
             const Dims& dilations, const Dims& pad_begin, const Dims& pad_end, int64_t groups,
-            const Acts& acts);
+            const Acts& acts, bool in_place = false);
   void pool(int dst, int src, Pool kind, const Dims& kernel, const Dims& strides,
             const Dims& dilations, const Dims& pad_begin, const Dims& pad_end);
   // the mean of src over its spatial axes (a global average pool), summed by the gate of the step

@@ -21,9 +21,9 @@ static void partition_0(Partition& p) {
   p.constant(12, 4, {4});   // w_5
   p.constant(13, 5, {8, 4});   // w_4
   p.node("FusedConv");   // step 0: autofusion::FusedConv
-  p.conv(3, 0, 6, 7, -1, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 1, {{Alg::Relu, 0.0f, 0.0f}});
+  p.conv(3, 0, 6, 7, -1, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 1, {{Alg::Relu, 0.0f, 0.0f}}, false);
   p.node("FusedConv_1");   // step 1: autofusion::FusedConv
-  p.conv(4, 3, 8, 9, 3, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 1, {{Alg::Relu, 0.0f, 0.0f}});
+  p.conv(4, 3, 8, 9, 3, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 1, {{Alg::Relu, 0.0f, 0.0f}}, false);
   p.node("PoolGemm");   // step 2: autofusion::PoolGemm
   p.pool(10, 4, Pool::AvgExcludePad, {8, 8}, {1, 1}, {1, 1}, {0, 0}, {0, 0});
   p.reshape(11, 10);
