@@ -1027,8 +1027,9 @@ void Partition::conv(int dst, int src, int w, int b, int residual, const Dims& s
                          std::all_of(pad_end.begin(), pad_end.end(), [](int64_t p) { return p == 0; });
   if (pointwise && m.gate_in_tiles(dst, src, w, b, bias_md, pd, acts)) return;
   // over the residual (the plan says this step reads it last): a sum post-op, which adds the
-  // residual where the result goes instead of reading it from one buffer and writing another
-  // (ResNet-50's bottleneck ends, 0.03-0.07 ms each at 2 threads, bf16)
+  // residual where the result goes instead of reading it from one buffer and writing another.
+  // The kernel is as fast either way in cache (--program residual_cost); in a network one buffer
+  // fewer passes through it (ResNet-50 bf16: 1.5-3% a run, BENCHMARKS.md session 18)
   const bool over_residual = in_place && residual >= 0 && m.md_of(residual) == pd.dst_desc() &&
                              m.root(residual) != m.root(src);
   if (over_residual) {
