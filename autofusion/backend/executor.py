@@ -78,6 +78,10 @@ class Program:
         self.exact: Program | None = None   # on PyTorch alone, for NaN inputs (model.py)
         # no torch kernel among the steps: a call needs no inference-mode guard (model.py)
         self.torch_free = all(part.target == "native" for part in plan.partitions)
+        # every output written by a native partition, into a tensor the call made: none can share
+        # memory with an input or a constant, so a call needs no check (model.py)
+        made = {id(v) for part in plan.partitions if part.target == "native" for v in part.outputs}
+        self.outputs_fresh = all(id(v) in made for v in graph.outputs)
         # whose runtime checks inputs for NaN (all_finite): any partition's library holds it
         self._runtime = next(iter(self.native.values())).library if self.native else None
 

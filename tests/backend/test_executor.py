@@ -57,3 +57,31 @@ def test_a_failing_fused_kernel_names_the_rule_and_the_original_nodes():
     assert str(e.value).startswith(
         "While executing node '/act/Sigmoid_1' (autofusion::Activation) [made by SiLUFusionOp; "
         "from ONNX nodes '/act/Sigmoid', '/act/Mul']: ZeroDivisionError")
+
+
+@pytest.mark.parametrize("bad,match", [
+    (torch.zeros(1, 3, 8, 8, dtype=torch.float64), "expected dtype float, got float64"),
+    (torch.zeros(1, 3, 8, 7), "dimension 3 must be 8"),
+    (torch.zeros(3, 8, 8), "expected rank 4"),
+])
+def test_a_tensor_of_another_dtype_or_shape_is_an_input_error_on_a_static_model(bad, match):
+    static = autofusion.compile(_static(conv_relu_model()), level=2)
+    assert static(torch.zeros(1, 3, 8, 8)).shape == (1, 4, 8, 8)
+    with pytest.raises(autofusion.InputError, match=rf"input 'x'.*{match}"):
+        static(bad)
+
+
+def test_a_native_programs_outputs_are_its_own():
+    model = autofusion.compile(_static(conv_relu_model()), level=2)
+    x = torch.randn(1, 3, 8, 8)
+    y = model(x)
+    assert model.program.outputs_fresh == (model.plan.partitions[0].target == "native")
+    with torch.inference_mode():   # the torch backend's outputs are inference tensors
+        y += 1
+    torch.testing.assert_close(model(x) + 1, y)
+
+
+def _static(model):
+    """The model with its batch dim fixed to 1."""
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 1
+    return model
