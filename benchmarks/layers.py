@@ -66,9 +66,9 @@ def _prefixes(name: str) -> list[str]:
 
 def anchors_of(model: onnx.ModelProto) -> tuple[dict[str, str], dict[str, str]]:
     """Each anchor node's kind ("conv 1x1", "depthwise 5x5", "product", ...) by its name, and
-    the anchor each node's time goes to: its own name for an anchor, its first input's
-    producer's anchor for a node that follows one (FOLLOWERS: a batch norm, an activation, a
-    bias, a residual or a gate), none for the rest."""
+    the anchor each node's time goes to: its own name for an anchor, the anchor of its first
+    input made by a node that has one for a node that follows one (FOLLOWERS: a batch norm, an
+    activation, a bias, a residual or a gate), none for the rest."""
     shapes = {i.name: i.dims for i in model.graph.initializer}
     kinds, owner, producer = {}, {}, {}
     for n in model.graph.node:
@@ -77,8 +77,10 @@ def anchors_of(model: onnx.ModelProto) -> tuple[dict[str, str], dict[str, str]]:
         if n.op_type in ANCHORS and n.name:
             owner[n.name] = n.name
             kinds[n.name] = "product" if n.op_type != "Conv" else _conv_kind(n, shapes.get(n.input[1]))
-        elif n.op_type in FOLLOWERS and n.input and producer.get(n.input[0]) in owner:
-            owner[n.name] = owner[producer[n.input[0]]]
+        elif n.op_type in FOLLOWERS:
+            led = next((producer[i] for i in n.input if producer.get(i) in owner), None)
+            if led is not None:
+                owner[n.name] = owner[led]
     for n in model.graph.node:   # OpenVINO names a graph output's op after the output
         if n.name in owner:
             owner.update((out, owner[n.name]) for out in n.output)
