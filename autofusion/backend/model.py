@@ -211,9 +211,9 @@ class CompiledModel:
         return list(outs), False
 
     def _all_plain(self, arrays: list[Array]) -> bool:
-        """Whether every input is a torch tensor of its static shape and dtype, for the
-        unspecialised program: nothing more to check."""
-        if self._plain_inputs is None:
+        """Whether there are inputs and every one is a torch tensor of its static shape and dtype,
+        for the unspecialised program: nothing more to check (no inputs: numpy out)."""
+        if self._plain_inputs is None or not arrays:
             return False
         for a, plain in zip(arrays, self._plain_inputs):
             if plain is None or type(a) is not torch.Tensor or a.dtype != plain[0] or a.shape != plain[1]:

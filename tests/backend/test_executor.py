@@ -42,6 +42,13 @@ def test_numpy_in_numpy_out_torch_in_torch_out():
     np.testing.assert_array_equal(out.numpy(), model(x))
 
 
+def test_a_model_without_inputs_answers_in_numpy():
+    g = helper.make_graph([helper.make_node("Constant", [], ["y"], value_float=2.0)], "g", [],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])])
+    model = autofusion.compile(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), level=2)
+    assert isinstance(model(), np.ndarray) and model() == 2
+
+
 def test_a_failing_fused_kernel_names_the_rule_and_the_original_nodes():
     g = helper.make_graph(
         [helper.make_node("Sigmoid", ["x"], ["s"], name="/act/Sigmoid"),
