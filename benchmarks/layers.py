@@ -48,9 +48,8 @@ class Side:
         """A node's time, on the first anchor among the names it came from, else on the anchor
         of the first of them that has one (a name may be a node's or its output's, or either's
         with a suffix, as OpenVINO's "/conv/Conv/WithoutBiases")."""
-        owned = [owner[a] for n in names for a in _prefixes(n) if a in owner]
-        anchor = next((a for a in owned if a in names or a + "/WithoutBiases" in names),
-                      owned[0] if owned else None)
+        owned = [(owner[p], owner[p] == p) for n in names for p in _prefixes(n) if p in owner]
+        anchor = next((a for a, itself in owned if itself), owned[0][0] if owned else None)
         if anchor is None:
             self.unanchored[kind] += seconds
         else:
