@@ -57,14 +57,14 @@ class CompiledModel:
             self.specialised = OrderedDict()
         self.input_names = [v.name for v in graph.inputs]
         self.output_names = [v.name for v in graph.outputs]
-        # per input, the (dtype, shape) a tensor that needs no further check has: a static shape
-        # and a known dtype (a call's Python runs with its code out of cache after the kernels,
-        # ~20 µs for the full check of one input; MobileNetV3-L's call is ~4 ms)
-        self._plain_inputs = None if self.specialised is not None else [
-            (TORCH_DTYPES[v.dtype], torch.Size(v.shape))
-            if v.sequence is None and TORCH_DTYPES.get(v.dtype) is not None and v.shape is not None
-            and all(isinstance(d, int) for d in v.shape) else None
-            for v in graph.inputs]
+        # per input, the (dtype, shape) a tensor that needs no further check has, where every
+        # input has a static shape and a known dtype (a call's Python runs with its code out of
+        # cache after the kernels, ~20 µs for the full check of one input; MobileNetV3-L's call
+        # is ~4 ms)
+        plain = all(v.sequence is None and TORCH_DTYPES.get(v.dtype) is not None and v.shape is not None
+                    and all(isinstance(d, int) for d in v.shape) for v in graph.inputs)
+        self._plain_inputs = ([(TORCH_DTYPES[v.dtype], torch.Size(v.shape)) for v in graph.inputs]
+                              if plain and self.specialised is None else None)
         if report is not None:
             report.backend = self.plan.summary() + (
                 f"; native code is specialised to each new set of input sizes on first use "
@@ -215,10 +215,8 @@ class CompiledModel:
         for the unspecialised program: nothing more to check (no inputs: numpy out)."""
         if self._plain_inputs is None or not arrays:
             return False
-        for a, plain in zip(arrays, self._plain_inputs):
-            if plain is None or type(a) is not torch.Tensor or a.dtype != plain[0] or a.shape != plain[1]:
-                return False
-        return True
+        return all(type(a) is torch.Tensor and a.dtype == dtype and a.shape == shape
+                   for a, (dtype, shape) in zip(arrays, self._plain_inputs))
 
     def _check_input(self, v: Value, a: Array) -> torch.Tensor | list[torch.Tensor]:
         if v.sequence is not None:   # a list of arrays, each checked as its elements are typed

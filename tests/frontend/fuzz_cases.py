@@ -487,11 +487,11 @@ def _extreme_values(model: onnx.ModelProto) -> bool:
     """Whether a float weight or attribute is NaN, infinite or beyond 1e6 (a damaged byte of
     one, say): then where the outputs' NaNs fall (a max over a window with a NaN, a relu of
     one) and how an overflow shows (a LayerNorm over 1e29) differ between runtimes, ONNX
-    Runtime and PyTorch among them."""
-    attrs = [a for n in model.graph.node for a in n.attribute]
-    values = [np.array([a.f, *a.floats], np.float64) for a in attrs]
+    Runtime and PyTorch among them; or a batch norm makes NaN itself (_negative_variance)."""
     if _negative_variance(model):
         return True
+    attrs = [a for n in model.graph.node for a in n.attribute]
+    values = [np.array([a.f, *a.floats], np.float64) for a in attrs]
     for t in [*model.graph.initializer, *(a.t for a in attrs if a.type == AttributeProto.TENSOR)]:
         if t.data_type in (TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16):
             if math.prod(t.dims) > COMPARE_ELEMENTS:
