@@ -64,5 +64,5 @@ def test_exp_tanh_and_expm1_forms_are_within_a_few_ulp_everywhere(lanes):
         # 1 / (1 + e^-x) is 0 once e^-x overflows: below x = -88.7 the answer is a denormal
         within(sigmoid, 1 / (1 + np.exp(-d)), 4, tiny=2.0 ** -126)
         within(elu, np.where(d < 0, np.expm1(d), d), 4)   # e^x - 1 without cancellation near 0
-        # x · sigmoid(x) is -0 where the sigmoid is (16 lanes: below -88, |x·e^x| < 6e-37)
+        # x / (1 + e^-x) is -0 once e^-x overflows (below -88.7, |x·e^x| < 3e-37)
         within(silu, d / (1 + np.exp(-d)), 4, tiny=2.0 ** -120)

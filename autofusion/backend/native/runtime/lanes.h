@@ -49,7 +49,7 @@ inline vec16 splat(float v) { return _mm512_set1_ps(v); }
 inline vec16 fma(vec16 a, vec16 b, float c) { return _mm512_fmadd_ps(a, b, splat(c)); }
 
 inline vec16 af_sigmoid(vec16 x) { return sigmoid16(x); }   // vector.h
-inline vec16 af_silu(vec16 x) { return x * sigmoid16(x); }
+inline vec16 af_silu(vec16 x) { return silu16(x); }
 
 // tanh(x) = x·P(x²)/Q(x²) on |x| <= 9 (tanh rounds to 1 beyond): a rational fit to tanh(x)/x in
 // relative error (Lawson-weighted least squares; 7e-9 in float64, 2.4 ulp in float32), the
