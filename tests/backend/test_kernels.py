@@ -44,3 +44,28 @@ def test_slice_clamps_as_onnx_says(start, end, step):
     x = np.arange(6, dtype=np.float32)
     want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
     np.testing.assert_array_equal(autofusion.compile(model, level=0)(x), want)
+
+
+@pytest.mark.parametrize("backend", ["torch", "native"])
+@pytest.mark.parametrize("shape", [[2, 3], [1, 3, 2, 2]])
+def test_a_batch_norm_of_negative_epsilon_runs_by_onnx_formula(backend, shape):
+    """PyTorch's batch_norm refuses a negative epsilon; ONNX's formula gives NaN where var + eps < 0."""
+    from autofusion.backend.native import unavailable
+    if backend == "native" and unavailable() is not None:
+        pytest.skip(f"no native code: {unavailable()}")
+    rng = np.random.default_rng(3)
+    stats = {"s": rng.uniform(0.5, 2, 3), "b": rng.normal(size=3), "m": rng.normal(size=3),
+             "v": np.array([1.0, 2.0, 1.2])}
+    consts = [helper.make_tensor(n, TensorProto.FLOAT, [3], v.astype(np.float32)) for n, v in stats.items()]
+    node = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], epsilon=-1.5, name="bn")
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], consts)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 15)])
+    x = rng.standard_normal(shape).astype(np.float32)
+    per_channel = [-1] + [1] * (len(shape) - 2)
+    s, b, m, v = (stats[k].astype(np.float32).reshape(per_channel) for k in "sbmv")
+    with np.errstate(invalid="ignore"):
+        want = (x - m) / np.sqrt(v - np.float32(1.5)) * s + b
+    got = autofusion.compile(model, level=2, backend=backend)(x)
+    assert np.isnan(got[:, [0, 2]]).all()
+    np.testing.assert_allclose(got, want, rtol=1e-5, equal_nan=True)

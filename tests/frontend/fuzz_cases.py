@@ -503,8 +503,8 @@ def _extreme_values(model: onnx.ModelProto) -> bool:
 def _negative_variance(model: onnx.ModelProto) -> bool:
     """Whether a BatchNormalization's var + epsilon is not positive for some channel (a mutated
     epsilon, say): its square root is NaN from the start, and where a ReLU or a pool after it
-    keeps or drops that NaN differs between runtimes (autofusion folds it into the convolution,
-    whose fused ReLU gives 0; PyTorch refuses a negative epsilon). Known, not compared."""
+    keeps or drops that NaN differs between runtimes (oneDNN's ReLU gives 0, ONNX Runtime's NaN),
+    as with a NaN weight. Known, not compared."""
     consts = {t.name: t for t in model.graph.initializer}
     for n in model.graph.node:
         if n.op_type != "BatchNormalization" or len(n.input) < 5 or n.input[4] not in consts:

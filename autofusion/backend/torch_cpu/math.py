@@ -294,9 +294,14 @@ def _batchnorm(node: Node) -> Kernel:
     # training mode: the attribute from opset 14, before it the running-statistics outputs
     if node.attr("training_mode", 0) if opset(node) >= 14 else len(node.outputs) > 1:
         raise KernelBuildError("BatchNormalization in training mode is not supported")
+    def formula(x, s, b, m, v):
+        return (x - m) / torch.sqrt(v + eps) * s + b
+
     if opset(node) < 9 and node.attr("spatial", 1) == 0:
-        # per-element statistics of shape x.shape[1:]: plain broadcasting
-        return lambda x, s, b, m, v: (x - m) / torch.sqrt(v + eps) * s + b
+        return formula   # per-element statistics of shape x.shape[1:]: plain broadcasting
+    if eps < 0:
+        # PyTorch refuses a negative epsilon; ONNX's formula, per channel (NaN where var + eps < 0)
+        return lambda x, *stats: formula(x, *(t.reshape(-1, *[1] * (x.dim() - 2)) for t in stats))
     return lambda x, s, b, m, v: F.batch_norm(x, m, v, s, b, False, 0.0, eps)
 
 

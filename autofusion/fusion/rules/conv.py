@@ -182,6 +182,12 @@ def bn_problem(bn: Node, conv: Node) -> str | None:
             return f"{where}: {label} {v.name!r} is not a constant; folding needs it at compile time"
         if v.const.size != channels:
             return f"{where}: {label} has {v.const.size} values for {channels} channels"
+    # a folded weight would be NaN or infinite there; unfolded, the node says so by its formula
+    var = np.asarray(bn.inputs[4].const, np.float64).reshape(-1)
+    bad = np.flatnonzero(~(var + attr_value(bn, "epsilon") > 0))
+    if bad.size:
+        return (f"{where}: var + epsilon is not positive at channel {int(bad[0])}; "
+                "its output is not finite there")
     return None
 
 

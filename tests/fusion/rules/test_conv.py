@@ -322,6 +322,16 @@ def test_training_mode_batchnorm_is_refused():
         "BatchNormalization 'bn': training_mode=1; folding needs the inference statistics"]
 
 
+def test_a_batchnorm_whose_variance_plus_epsilon_is_not_positive_is_not_folded():
+    """Folded, its weights would be NaN; unfolded, the node computes ONNX's formula (NaN there)."""
+    nodes = [CONV, helper.make_node("BatchNormalization", ["c", *BN], ["y"], name="bn",
+                                    epsilon=-float(BN["var"][1]))]
+    graph, report = fuse(onnx_model(nodes, {"x": (1, 2, 5, 5)}, ["y"], {"W": W, **BN}), level=1)
+    assert graph.op_histogram()["BatchNormalization"] == 1
+    assert near_misses(report, "ConvBNFusionOp") == [
+        "BatchNormalization 'bn': var + epsilon is not positive at channel 1; its output is not finite there"]
+
+
 def test_broadcast_residual_is_refused():
     nodes = [CONV, helper.make_node("Add", ["c", "z"], ["a"], name="add"),
              helper.make_node("Relu", ["a"], ["y"])]
