@@ -82,8 +82,9 @@ class Program:
         # memory with an input or a constant, so a call needs no check (model.py)
         made = {id(v) for part in plan.partitions if part.target == "native" for v in part.outputs}
         self.outputs_fresh = all(id(v) in made for v in graph.outputs)
-        # whose runtime checks inputs for NaN (all_finite): any partition's library holds it
-        self._runtime = next(iter(self.native.values())).library if self.native else None
+        # whose runtime checks inputs for NaN (all_finite) and pins the OpenMP workers (model.py):
+        # any partition's library holds it
+        self.runtime = next(iter(self.native.values())).library if self.native else None
 
     def _filename(self, name: str) -> str:
         model = "".join(c if c.isprintable() else "?" for c in self.graph.name)   # no NUL for compile()
@@ -206,8 +207,8 @@ class Program:
         for t in tensors_of(values):
             if not t.is_floating_point() or not t.numel():
                 continue
-            if self._runtime is not None and t.dtype == torch.float32 and t.is_contiguous():
-                finite = self._runtime.all_finite(t)
+            if self.runtime is not None and t.dtype == torch.float32 and t.is_contiguous():
+                finite = self.runtime.all_finite(t)
             else:
                 finite = bool(torch.isfinite(t.sum()))
             if not finite:

@@ -14,6 +14,7 @@ from ..errors import AutofusionError, InputError
 from ..ir import Graph, Value
 from ..ir.onnx_runtime_call import onnx_runtime_ops
 from . import native
+from .native import affinity
 from .executor import Program, check_supported, storage, tensors_of, to_numpy
 from .lower import lower
 from .precision import (TOLERANCE, GuardReport, calibration_feeds, guard, output_error,
@@ -196,6 +197,8 @@ class CompiledModel:
         if program.plan.nan_clamping and not program.all_finite(tensors):
             program = self._exact(program)
         self._use_threads()
+        if program.runtime is not None:
+            affinity.pin_workers(program.runtime, torch.get_num_threads())
         if program.torch_free:   # the guard costs ~0.06 ms a call (its code out of cache after the kernels)
             outs = program(*tensors)
         else:

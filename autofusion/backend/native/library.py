@@ -39,6 +39,8 @@ class NativeLibrary:
         lib.af_step_kernels.restype = ctypes.c_int
         lib.af_step_kernels.argtypes = [_c, ctypes.c_char_p, ctypes.c_int]
         lib.af_all_finite.restype, lib.af_all_finite.argtypes = ctypes.c_int, [_c, ctypes.c_int64]
+        lib.af_pin_workers.restype = ctypes.c_int
+        lib.af_pin_workers.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int]
         self.path = path
 
     @classmethod
@@ -51,6 +53,10 @@ class NativeLibrary:
     def all_finite(self, t: torch.Tensor) -> bool:
         """Whether a dense float32 tensor holds no NaN or infinity (the runtime's loop)."""
         return bool(self.lib.af_all_finite(t.data_ptr(), t.numel()))
+
+    def pin_workers(self, cpus: list[int]) -> int:
+        """Pin thread k >= 1 of an OpenMP team of len(cpus) to cpus[k]; how many it pinned."""
+        return self.lib.af_pin_workers((ctypes.c_int * len(cpus))(*cpus), len(cpus))
 
 
 class NativePartition:

@@ -22,6 +22,9 @@
 #include "softmax.h"
 
 #include <oneapi/dnnl/dnnl.hpp>
+#include <omp.h>
+#include <pthread.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <chrono>
@@ -1555,6 +1558,21 @@ int af_step_times(Partition* p, double* out, int n) {
   const std::vector<double>& ns = p->step_ns();
   std::copy_n(ns.begin(), std::min<size_t>(n, ns.size()), out);
   return int(ns.size());
+}
+
+// Pins thread k >= 1 of an OpenMP team of n to CPU cpus[k] (the caller's thread, 0, stays free).
+// The pool keeps its threads for later teams, so this holds for every parallel region of n
+// threads after it (affinity.py says why). Returns how many threads it pinned.
+int af_pin_workers(const int* cpus, int n) {
+  int pinned = 0;
+#pragma omp parallel num_threads(n) reduction(+ : pinned)
+  if (const int k = omp_get_thread_num(); k > 0) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpus[k], &set);
+    pinned += pthread_setaffinity_np(pthread_self(), sizeof set, &set) == 0;
+  }
+  return pinned;
 }
 
 // x·0 is 0 for a finite x and NaN for NaN and ±inf: one vectorised pass, no branch

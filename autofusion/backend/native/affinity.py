@@ -1,0 +1,65 @@
+"""Pinning the OpenMP pool's worker threads, one CPU each.
+
+Why: after the process idles (a server between requests, a benchmark between blocks), the first
+parallel region wakes a sleeping worker, and Linux may start it on the CPU the caller's thread is
+running on; the two share that CPU until load balancing moves one, some scheduler ticks later.
+On a 2-vCPU machine elementwise-8's 0.25 ms kernel took 5.4 and 4.2 ms on its first two calls
+after a 0.2 s pause; with the worker pinned, 0.39 and 0.26 ms (BENCHMARKS.md, "Session 21").
+
+When: only where the team has a thread for every core the process may run on (it uses them all
+anyway, so pinning takes nothing from anyone), never where the user chose a binding
+(OMP_PROC_BIND, OMP_PLACES, GOMP_CPU_AFFINITY) or turned pinning off (AUTOFUSION_PIN_THREADS=0).
+The caller's own thread stays free. torch's operators share the pool (one libgomp), and gain too.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+
+USER_BINDING = ("OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY")
+_pinned: dict[int, list[int] | None] = {}   # thread count -> the CPUs its team was pinned to
+
+
+def core_of(cpu: int) -> tuple[int, int] | int:
+    """The (package, core) a CPU belongs to, from sysfs; the CPU itself where sysfs says nothing."""
+    topology = f"/sys/devices/system/cpu/cpu{cpu}/topology"
+    try:
+        with open(f"{topology}/physical_package_id") as package, open(f"{topology}/core_id") as core:
+            return int(package.read()), int(core.read())
+    except (OSError, ValueError):
+        return cpu
+
+
+def cpu_order(allowed: Iterable[int], core: Callable[[int], object] = core_of) -> list[int]:
+    """The allowed CPUs, the first of each core before any core's second (SMT siblings last)."""
+    firsts, siblings, seen = [], [], set()
+    for cpu in sorted(allowed):
+        key = core(cpu)
+        (siblings if key in seen else firsts).append(cpu)
+        seen.add(key)
+    return firsts + siblings
+
+
+def worker_cpus(threads: int, allowed: Iterable[int],
+                core: Callable[[int], object] = core_of) -> list[int] | None:
+    """The CPU of each thread of a team of `threads` (entry 0, the caller's, is not pinned), or
+    None where pinning would not pay or would take CPUs others may need: one thread, fewer
+    threads than the process has cores, or more threads than CPUs (two would share one)."""
+    order = cpu_order(allowed, core)
+    if threads < 2 or not len({core(cpu) for cpu in order}) <= threads <= len(order):
+        return None
+    return order[:threads]
+
+
+def pin_workers(library, threads: int) -> list[int] | None:
+    """Pin the workers of a team of `threads` once per process and thread count (through any
+    model library's runtime: they all run on the one pool); the CPUs, or None where not pinned."""
+    if threads in _pinned:
+        return _pinned[threads]
+    cpus = None
+    if os.environ.get("AUTOFUSION_PIN_THREADS", "1") != "0" and not any(os.environ.get(v) for v in USER_BINDING):
+        cpus = worker_cpus(threads, os.sched_getaffinity(0))
+        if cpus is not None and library.pin_workers(cpus) != threads - 1:
+            cpus = None   # the runtime could not pin them all (a cgroup's rules, say)
+    _pinned[threads] = cpus
+    return cpus

@@ -1,0 +1,63 @@
+"""Pinning the OpenMP workers (affinity.py): which CPUs, when not, and that the runtime pins."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+import autofusion
+from autofusion.backend.native import affinity, unavailable
+from autofusion.ir import DType, Graph, GraphBuilder
+
+TWO_CORES = {0: (0, 0), 1: (0, 1), 2: (0, 0), 3: (0, 1)}.get   # CPUs 2 and 3: 0 and 1's siblings
+
+
+def test_the_first_cpu_of_each_core_comes_before_any_sibling():
+    assert affinity.cpu_order({3, 2, 1, 0}, TWO_CORES) == [0, 1, 2, 3]
+    siblings_adjacent = {0: "a", 1: "a", 2: "b", 3: "b"}.get
+    assert affinity.cpu_order({0, 1, 2, 3}, siblings_adjacent) == [0, 2, 1, 3]
+
+
+@pytest.mark.parametrize("threads, cpus", [(1, None), (2, [0, 1]), (3, [0, 1, 2]), (4, [0, 1, 2, 3]),
+                                           (5, None)])
+def test_a_team_is_pinned_only_where_it_covers_every_core_and_no_cpu_twice(threads, cpus):
+    assert affinity.worker_cpus(threads, {0, 1, 2, 3}, TWO_CORES) == cpus
+    assert affinity.worker_cpus(threads, range(8), lambda cpu: cpu) == (
+        list(range(8)) if threads == 8 else None)
+
+
+def model() -> autofusion.CompiledModel:
+    g = Graph("relu", {"": 21})
+    x = g.add_input("x", (64, 4096), DType.FLOAT)
+    g.outputs = [GraphBuilder(g).Relu(x)]
+    g.outputs[0].shape, g.outputs[0].dtype = (64, 4096), DType.FLOAT
+    return autofusion.compile(g, level=2, backend="native", threads=2)
+
+
+def worker_affinities() -> list[set[int]]:
+    """The CPU sets of this process's threads other than the caller's."""
+    tids = [int(t) for t in os.listdir("/proc/self/task") if int(t) != os.getpid()]
+    return [os.sched_getaffinity(t) for t in tids]
+
+
+@pytest.mark.skipif(unavailable() is not None, reason=f"no native code: {unavailable()}")
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) != 2, reason="for a process with 2 CPUs")
+def test_a_models_call_pins_its_worker_and_a_user_binding_or_the_switch_prevents_it(monkeypatch):
+    before = torch.get_num_threads()
+    try:
+        for env in ({"AUTOFUSION_PIN_THREADS": "0"}, {"OMP_PROC_BIND": "close"}, {}):
+            monkeypatch.setattr(affinity, "_pinned", {})
+            for name in ("AUTOFUSION_PIN_THREADS", *affinity.USER_BINDING):
+                monkeypatch.delenv(name, raising=False)
+            for name, value in env.items():
+                monkeypatch.setenv(name, value)
+            m = model()
+            m(torch.ones(64, 4096))
+            want = None if env else affinity.worker_cpus(2, os.sched_getaffinity(0))
+            assert affinity._pinned == {2: want}
+        [_, worker] = want
+        assert {worker} in worker_affinities()   # the pool's thread 1, pinned by the runtime
+        assert os.sched_getaffinity(0) == set(want)   # the caller's thread stays free
+    finally:
+        torch.set_num_threads(before)
