@@ -197,13 +197,17 @@ class CompiledModel:
         if program.plan.nan_clamping and not program.all_finite(tensors):
             program = self._exact(program)
         self._use_threads()
-        if program.runtime is not None:
-            affinity.pin_workers(program.runtime, torch.get_num_threads())
-        if program.torch_free:   # the guard costs ~0.06 ms a call (its code out of cache after the kernels)
-            outs = program(*tensors)
-        else:
-            with torch.inference_mode():
+        own_cpus = None if program.runtime is None else affinity.hold_caller(
+            affinity.pin_workers(program.runtime, torch.get_num_threads()))
+        try:
+            if program.torch_free:   # the guard costs ~0.06 ms a call (its code out of cache after the kernels)
                 outs = program(*tensors)
+            else:
+                with torch.inference_mode():
+                    outs = program(*tensors)
+        finally:
+            if own_cpus is not None:
+                os.sched_setaffinity(0, own_cpus)
         # an output sharing memory with a caller's input or a constant (Identity, a reshape or
         # slice view) is returned as a copy, so writing to it cannot change either
         if not program.outputs_fresh:

@@ -9,15 +9,18 @@ after a 0.2 s pause; with the worker pinned, 0.39 and 0.26 ms (BENCHMARKS.md, "S
 When: only where the team has a thread for every core the process may run on (it uses them all
 anyway, so pinning takes nothing from anyone), never where the user chose a binding
 (OMP_PROC_BIND, OMP_PLACES, GOMP_CPU_AFFINITY) or turned pinning off (AUTOFUSION_PIN_THREADS=0).
-The caller's own thread stays free. torch's operators share the pool (one libgomp), and gain too.
+The caller's thread is held on the one CPU no worker has for the length of a call only
+(hold_caller): left free, it may wake on a worker's CPU, and a pinned worker cannot move away.
+torch's operators share the pool (one libgomp), and gain too.
 """
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Iterable
 
 USER_BINDING = ("OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY")
-_pinned: dict[int, list[int] | None] = {}   # thread count -> the CPUs its team was pinned to
+_pinned: dict[tuple[int, int], list[int] | None] = {}   # (caller, count) -> its team's CPUs
 
 
 def core_of(cpu: int) -> tuple[int, int] | int:
@@ -52,14 +55,29 @@ def worker_cpus(threads: int, allowed: Iterable[int],
 
 
 def pin_workers(library, threads: int) -> list[int] | None:
-    """Pin the workers of a team of `threads` once per process and thread count (through any
-    model library's runtime: they all run on the one pool); the CPUs, or None where not pinned."""
-    if threads in _pinned:
-        return _pinned[threads]
+    """Pin the workers of the calling thread's team of `threads` (libgomp keeps a pool per
+    calling thread), once per thread and count, through any model library's runtime (all run on
+    the one libgomp); the CPUs, or None where not pinned."""
+    key = threading.get_ident(), threads
+    if key in _pinned:
+        return _pinned[key]
     cpus = None
     if os.environ.get("AUTOFUSION_PIN_THREADS", "1") != "0" and not any(os.environ.get(v) for v in USER_BINDING):
         cpus = worker_cpus(threads, os.sched_getaffinity(0))
         if cpus is not None and library.pin_workers(cpus) != threads - 1:
             cpus = None   # the runtime could not pin them all (a cgroup's rules, say)
-    _pinned[threads] = cpus
+    _pinned[key] = cpus
     return cpus
+
+
+def hold_caller(cpus: list[int] | None) -> set[int] | None:
+    """Move the calling thread to cpus[0], the CPU no worker has, for one call; the CPUs it may
+    run on, to give back after the call (os.sched_setaffinity), or None where it was not moved:
+    no workers pinned, or the caller's own set is one CPU or leaves cpus[0] out."""
+    if cpus is None:
+        return None
+    own = os.sched_getaffinity(0)
+    if len(own) < 2 or cpus[0] not in own:
+        return None
+    os.sched_setaffinity(0, (cpus[0],))
+    return own

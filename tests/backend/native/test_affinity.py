@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import threading
 
 import pytest
 import torch
@@ -55,9 +56,26 @@ def test_a_models_call_pins_its_worker_and_a_user_binding_or_the_switch_prevents
             m = model()
             m(torch.ones(64, 4096))
             want = None if env else affinity.worker_cpus(2, os.sched_getaffinity(0))
-            assert affinity._pinned == {2: want}
+            assert affinity._pinned == {(threading.get_ident(), 2): want}
         [_, worker] = want
         assert {worker} in worker_affinities()   # the pool's thread 1, pinned by the runtime
+        other = threading.Thread(target=m, args=(torch.ones(64, 4096),))   # a pool of its own
+        other.start()
+        other.join()
+        assert affinity._pinned[(other.ident, 2)] == want
         assert os.sched_getaffinity(0) == set(want)   # the caller's thread stays free
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="for a process with 2 CPUs or more")
+def test_the_caller_is_held_on_the_cpu_no_worker_has_and_given_back_its_own():
+    own = os.sched_getaffinity(0)
+    cpus = sorted(own)[:2]
+    assert affinity.hold_caller(None) is None
+    assert affinity.hold_caller([max(own) + 1, cpus[1]]) is None   # a CPU the caller may not use
+    try:
+        assert affinity.hold_caller(cpus) == own
+        assert os.sched_getaffinity(0) == {cpus[0]}
+    finally:
+        os.sched_setaffinity(0, own)
