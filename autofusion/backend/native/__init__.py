@@ -6,6 +6,7 @@
     emit.py     a plan's native partitions → one C++ source
     build.py    toolchain, flags, the on-disk cache of built libraries
     library.py  loading a library and calling its partitions
+    affinity.py pinning the OpenMP pool's workers, one CPU each
     runtime/    the hand-written C++ the generated code calls (native.h, runtime.cpp)
 """
 from __future__ import annotations
