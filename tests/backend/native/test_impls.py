@@ -140,6 +140,27 @@ def test_a_convolution_writes_over_the_residual_it_reads_last(read_later):
         np.testing.assert_array_equal(got[g.outputs[0].name], want[apart.outputs[0].name])
 
 
+def plain_residual(op, x, z, written: bool):
+    """FusedConv(x) + residual, then a 1x1 FusedConv: the residual the model's input z (NCHW),
+    or z + z, which a step writes in z's layout and the convolution reads last."""
+    r = op.Add(z, z) if written else z
+    r.shape, r.dtype = (1, 32, 6, 6), DType.FLOAT
+    y = op.FusedConv(x, const(op, 32, 16, 3, 3), const(op, 32), r, pads=[1, 1, 1, 1],
+                     **activation_attrs("Relu"))
+    y.shape, y.dtype = (1, 32, 6, 6), DType.FLOAT
+    return [(op.FusedConv(y, const(op, 16, 32, 1, 1), const(op, 16)), (1, 16, 6, 6))]
+
+
+@pytest.mark.parametrize("written", [False, True])
+def test_a_residual_in_another_layout_is_reordered_not_added_by_the_reference_kernel(written):
+    """oneDNN adds a residual by its fast kernels only in the layout they write; one in NCHW
+    made it pick its reference convolution, hundreds of times slower."""
+    g = graph({"x": (1, 16, 6, 6), "z": (1, 32, 6, 6)}, lambda op, x, z: plain_residual(op, x, z, written))
+    model = check_native(g)
+    kernels = [model.plan.kernels[n] for n in model.graph.nodes if n.op_type == "FusedConv"]
+    assert all(k and "ref" not in k for k in kernels), kernels
+
+
 def silu_chain(op, x):
     """FusedConv(SiLU) 8 -> 12 channels (a blocked layout pads them to 16) -> FusedConv(SiLU)."""
     y = op.FusedConv(x, const(op, 12, 8, 3, 3), const(op, 12), pads=[1, 1, 1, 1], **activation_attrs("SiLU"))
