@@ -52,6 +52,7 @@ from torch import nn
 from . import models
 from .machine import machine_info
 from .systems import PRECISION_TOLERANCE, max_rel_diff
+from .timing import summarize, time_in_blocks
 
 # float outputs: max abs difference / the ORT output's max magnitude, per autofusion precision
 # (a reduced one's is the zoo's: systems.py)
@@ -434,10 +435,31 @@ def worst_difference(got: list[dict], want: list[dict]) -> float | None:
     return None if not rels or None in rels else max(rels)
 
 
+def reference_kernels(model) -> dict[str, str]:
+    """The nodes some step of which runs a oneDNN reference implementation ("ref:any", ...: what
+    oneDNN picks where none of its fast kernels takes the problem, often hundreds of times slower),
+    in every program the model made (one per set of input sizes): node name -> what runs it."""
+    programs = [model.program, *(model.specialised or {}).values()]
+    return {n.name: k for p in programs for n, k in p.plan.kernels.items()
+            if any(part.removeprefix("reorder ").startswith("ref") for part in k.split(" + "))}
+
+
+def time_against(ours: Callable[[], object], theirs: Callable[[], object], rounds: int) -> dict:
+    """Median ms of ours and of ONNX Runtime's run of the same inputs, alternating in blocks of
+    three runs (timing.py says why), and ORT's over ours (> 1: ours faster)."""
+    t = time_in_blocks({"ours": ours, "ort": theirs}, rounds=rounds, block=3, warmup=3, pause_s=0.05)
+    if t.errors:
+        return {"timing_error": "; ".join(f"{k}: {v}" for k, v in t.errors.items())}
+    ms, ort_ms = (summarize(t.samples[k]).median_ms for k in ("ours", "ort"))
+    return {"ms": round(ms, 3), "ort_ms": round(ort_ms, 3), "vs_ort": round(ort_ms / ms, 3)}
+
+
 def _run_level(path: str, level: int, backend: str, threads: int, precision: str,
-               feeds: list[dict], refs: list[dict], eager: list[dict]) -> dict:
+               feeds: list[dict], refs: list[dict], eager: list[dict],
+               ort_run: Callable[[], object] | None = None, rounds: int = 0) -> dict:
     """One (level, backend) run: compile, run at every size, compare every output with ONNX
-    Runtime's (and with PyTorch eager's: when ONNX Runtime differs, which one is off)."""
+    Runtime's (and with PyTorch eager's: when ONNX Runtime differs, which one is off); with
+    `rounds`, time the first size against ONNX Runtime (`ort_run`)."""
     import autofusion
     t = time.monotonic()
     try:
@@ -463,13 +485,18 @@ def _run_level(path: str, level: int, backend: str, threads: int, precision: str
     result["eager_max_rel"] = worst_difference(ours, eager)
     result["status"] = "mismatch" if bad else "pass"
     result["error"] = "; ".join(bad[:3]) or None
+    result["reference_kernels"] = reference_kernels(model)
+    if rounds and ort_run is not None:
+        result.update(time_against(lambda: model.run(feeds[0]), ort_run, rounds))
     return result
 
 
 def run_variant(arch: Architecture, variant: Variant, levels: list[int], backends: list[str],
-                workdir: Path, threads: int, save: Callable[[dict], None], precision: str = "fp32") -> dict:
-    """Export, run ONNX Runtime, then every (level, backend); `save` gets the record after each
-    step, so a timeout or crash leaves what was done."""
+                workdir: Path, threads: int, save: Callable[[dict], None], precision: str = "fp32",
+                rounds: int = 0) -> dict:
+    """Export, run ONNX Runtime, then every (level, backend) (timed against ONNX Runtime in
+    `rounds` rounds, where not 0); `save` gets the record after each step, so a timeout or crash
+    leaves what was done."""
     record = {"architecture": arch.name, "family": arch.family, "config": arch.config,
               "variant": variant.name, "status": "running", "runs": [],
               "planned": [[lv, b] for lv in levels for b in backends]}
@@ -508,11 +535,11 @@ def run_variant(arch: Architecture, variant: Variant, levels: list[int], backend
     record["inputs"] = [{n: list(a.shape) for n, a in f.items()} for f in feeds]
     eager = [dict(zip(outputs, e)) if len(e) == len(outputs) else {} for e in eager]
     record["ort_vs_eager"] = worst_difference(refs, eager)
-    del session
+    ort_run = lambda: session.run(None, feeds[0])
     for level in levels:
         for backend in backends:
-            record["runs"].append({"level": level, "backend": backend,
-                                   **_run_level(path, level, backend, threads, precision, feeds, refs, eager)})
+            record["runs"].append({"level": level, "backend": backend, **_run_level(
+                path, level, backend, threads, precision, feeds, refs, eager, ort_run, rounds)})
             save(record)
     record["status"] = "done"
     save(record)
@@ -555,7 +582,7 @@ def _worker_command(arch: str, variant: str, args) -> list[str]:
     return [sys.executable, "-m", "benchmarks.sweep", "--worker", arch, variant,
             "--levels", ",".join(map(str, args.levels)), "--backends", ",".join(args.backends),
             "--threads", str(args.threads), "--precision", args.precision, "--out", str(args.out),
-            *(["--keep-onnx"] if args.keep_onnx else [])]
+            "--time", str(args.time), *(["--keep-onnx"] if args.keep_onnx else [])]
 
 
 def _run_worker(arch: Architecture, variant: Variant, args) -> None:
@@ -666,11 +693,43 @@ def summary_markdown(records: list[dict], command: str, levels: list[int], backe
                   f"{_cell(r.get('error') or '')} |" for r in skipped]
     else:
         lines.append("None.")
+    lines += speed_markdown(records) + reference_markdown(records)
     notes = [r for r in records if r.get("note")]
     if notes:
         lines += ["", "## Notes", ""]
         lines += [f"- {r['architecture']} {r['variant']}: {r['note']}" for r in notes]
     return "\n".join(lines) + "\n"
+
+
+def speed_markdown(records: list[dict]) -> list[str]:
+    """The timed runs (--time), the slowest against ONNX Runtime first."""
+    timed = sorted(((r, run) for r in records if r.get("status") == "done" for run in r["runs"]
+                    if run.get("vs_ort") is not None), key=lambda x: x[1]["vs_ort"])
+    if not timed:
+        return []
+    slower = sum(run["vs_ort"] < 1 for _, run in timed)
+    lines = ["", f"## Speed against ONNX Runtime ({len(timed)} runs timed, {slower} slower than it)", "",
+             "Median ms at the first input size; ORT / ours > 1: ours faster.", "",
+             "| architecture | variant | level | backend | ms | ONNX Runtime ms | ORT / ours |",
+             "| --- | --- | ---: | --- | ---: | ---: | ---: |"]
+    lines += [f"| {r['architecture']} | {r['variant']} | {run['level']} | {run['backend']} | "
+              f"{run['ms']:.3g} | {run['ort_ms']:.3g} | {run['vs_ort']:.2f}x |" for r, run in timed]
+    return lines
+
+
+def reference_markdown(records: list[dict]) -> list[str]:
+    """The runs in which a node runs a oneDNN reference implementation."""
+    found = [(r, run) for r in records if r.get("status") == "done" for run in r["runs"]
+             if run.get("reference_kernels")]
+    if not found:
+        return []
+    lines = ["", f"## Nodes on oneDNN's reference kernels ({len(found)} runs)", "",
+             "| architecture | variant | level | backend | nodes | first |", "| --- | --- | ---: | --- | ---: | --- |"]
+    for r, run in found:
+        (name, kernel), *_ = run["reference_kernels"].items()
+        lines.append(f"| {r['architecture']} | {r['variant']} | {run['level']} | {run['backend']} | "
+                     f"{len(run['reference_kernels'])} | {_cell(name)}: {_cell(kernel)} |")
+    return lines
 
 
 def write_summary(out: Path, command: str, levels: list[int], backends: list[str],
@@ -722,6 +781,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="threads for ONNX Runtime and autofusion in each variant (default 1)")
     p.add_argument("--precision", choices=list(TOLERANCE), default="fp32",
                    help="autofusion's precision (default fp32; the tolerance follows it)")
+    p.add_argument("--time", type=int, default=0, metavar="ROUNDS",
+                   help="also time each run against ONNX Runtime at the first input size, in ROUNDS "
+                        "rounds of 3 runs each, alternating (default 0: not timed)")
     p.add_argument("--fresh", action="store_true", help="rerun the variants already finished")
     p.add_argument("--keep-onnx", action="store_true", help="keep the exported files in <out>/onnx")
     p.add_argument("--list", action="store_true", help="list the architectures and exit")
@@ -735,7 +797,8 @@ def _worker(args) -> int:
     path = _variant_file(args.out, arch.name, variant.name)
     save = lambda record: path.write_text(json.dumps(record, indent=1))
     workdir = args.out / "onnx"
-    run_variant(arch, variant, args.levels, args.backends, workdir, args.threads, save, args.precision)
+    run_variant(arch, variant, args.levels, args.backends, workdir, args.threads, save, args.precision,
+                args.time)
     if not args.keep_onnx:
         for f in workdir.glob(f"{arch.name}.{variant.name}.onnx*"):
             f.unlink()

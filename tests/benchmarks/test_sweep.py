@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import autofusion
+
 from autofusion.backend import native
 from autofusion.backend import precision as P
 from benchmarks import sweep
@@ -31,7 +33,8 @@ def _sweep(out: Path, *extra: str) -> subprocess.CompletedProcess:
 
 def test_tiny_resnet_static_and_dynamic_exports_equal_onnx_runtime_on_both_backends(tmp_path):
     out = tmp_path / "sweep"
-    done = _sweep(out, "--variants", "ts17,ts17-dyn", "--levels", "0,2", "--backends", "native,torch")
+    done = _sweep(out, "--variants", "ts17,ts17-dyn", "--levels", "0,2", "--backends", "native,torch",
+                  "--time", "2")
     result = json.loads((out / "sweep.json").read_text())
     assert result["totals"] == {"architectures": 1, "variants": 2, "variants_tried": 2,
                                 "runs": 8, "passed": 8}
@@ -41,6 +44,10 @@ def test_tiny_resnet_static_and_dynamic_exports_equal_onnx_runtime_on_both_backe
     assert dynamic["inputs"] == [{"pixel_values": [2, 3, 64, 64]}, {"pixel_values": [3, 3, 96, 96]}]
     for run in static["runs"] + dynamic["runs"]:
         assert run["status"] == "pass" and run["max_rel"] <= sweep.TOLERANCE["fp32"]
+        assert run["reference_kernels"] == {}
+        # timed against ONNX Runtime (--time): what was measured, never how fast
+        assert run["ms"] > 0 and run["ort_ms"] > 0 and run["vs_ort"] == pytest.approx(run["ort_ms"] / run["ms"], rel=1e-2)
+    assert "## Speed against ONNX Runtime (8 runs timed" in (out / "sweep.md").read_text()
     assert {(r["level"], r["backend"]) for r in dynamic["runs"]} == {
         (0, "native"), (0, "torch"), (2, "native"), (2, "torch")}
     line = "1 architectures, 2 variants, 8 of 8 level×variant runs equal to ONNX Runtime"
@@ -141,3 +148,19 @@ def test_a_dynamic_run_changes_only_the_kinds_of_axes_the_export_left_symbolic(t
     assert sweep.run_sizes(any_size, dyn, path) == (
         [(2, 64), (3, 64)], "the exporter kept pixel_values[2], pixel_values[3] static")
     assert sweep.run_sizes(any_size, sweep.parse_variant("ts17"), path) == ([(1, 64)], "")
+
+
+@pytest.mark.skipif(native.unavailable() is not None, reason=f"native backend: {native.unavailable()}")
+def test_a_node_on_a_onednn_reference_kernel_is_named():
+    """oneDNN runs a dilated max pool only by its reference implementation (the sweep lists such
+    nodes: one in a model's hot path costs hundreds of times its fast kernel's time)."""
+    from autofusion.ir import DType, Graph, GraphBuilder
+    g = Graph("pool", {"": 21})
+    x = g.add_input("x", (1, 8, 12, 12), DType.FLOAT)
+    y = GraphBuilder(g).MaxPool(x, kernel_shape=[3, 3], dilations=[2, 2])
+    y.shape, y.dtype = (1, 8, 8, 8), DType.FLOAT
+    g.outputs = [y]
+    model = autofusion.compile(g, level=0, backend="native")
+    (node,) = model.graph.nodes
+    assert sweep.reference_kernels(model) == {node.name: model.plan.kernels[node]}
+    assert "ref" in model.plan.kernels[node]
