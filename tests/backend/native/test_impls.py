@@ -724,6 +724,19 @@ def test_attention(case):
     check_native(graph(inputs, build))
 
 
+@pytest.mark.parametrize("mask", [(3, 16, 16), (1, 3, 16, 16), (16, 16), (8, 1, 16, 16)])
+def test_a_mask_shared_by_the_batch_is_added_by_fast_kernels(mask):
+    """Swin's relative-position bias ([1,3,49,49] over 64 windows) and a causal mask at batch 8:
+    oneDNN's fast products add a mask only where it spans every batch axis of more than one;
+    others were added by its reference kernel (Swin-T: 180 ms of 230 a run)."""
+    def build(op, q, k, v):
+        m = op.constant(RNG.standard_normal(mask).astype(np.float32), "mask")
+        return [(op.Attention(q, k, v, m, scale=0.3), (8, 3, 16, 8))]
+    model = check_native(graph({"q": (8, 3, 16, 8), "k": (8, 3, 16, 8), "v": (8, 3, 16, 8)}, build))
+    (kernels,) = model.plan.kernels.values()
+    assert "ref" not in kernels and "reorder" not in kernels, kernels
+
+
 def test_attention_refuses_a_run_time_mask_that_must_zero_dead_rows():
     g = graph({"q": (1, 2, 4, 8), "k": (1, 2, 4, 8), "v": (1, 2, 4, 8), "m": (1, 1, 4, 4)},
               lambda op, q, k, v, m: [(op.Attention(q, k, v, m, scale=0.3, nan_to_zero=1), (1, 2, 4, 8))])
