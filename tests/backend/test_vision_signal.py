@@ -7,9 +7,12 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime as ort
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 import autofusion
+from autofusion.backend.torch_cpu.vision import _overlaps
 
 RNG = np.random.default_rng(0)
 ELEM = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int64): TensorProto.INT64}
@@ -94,6 +97,48 @@ def test_non_max_suppression(center_point, iou, score):
     model = one_node("NonMaxSuppression", {"boxes": boxes, "scores": scores}, consts, 11,
                      out=TensorProto.INT64, center_point_box=center_point)
     check(model, {"boxes": boxes, "scores": scores})
+
+
+def test_non_max_suppression_of_a_batched_nms():
+    """torchvision's batched NMS: one class of thousands of boxes, each class's boxes moved apart
+    by an offset; clusters of near-copies, tied scores, degenerate boxes; no limit that binds."""
+    classes, per_class = 40, 60
+    centre = RNG.uniform(20, 280, (classes * per_class // 4, 1, 2)).repeat(4, 1).reshape(-1, 2)
+    centre += RNG.normal(0, 3, centre.shape)
+    half = RNG.uniform(2, 40, centre.shape)
+    half[::17] = 0
+    offset = (np.arange(classes).repeat(per_class) * 400.0)[:, None]
+    boxes = np.concatenate([centre - half, centre + half], -1) + offset
+    scores = RNG.random(classes * per_class).round(2)
+    feeds = {"boxes": boxes[None].astype(np.float32), "scores": scores[None, None].astype(np.float32)}
+    consts = {"k": np.array([10_000], np.int64), "iou": np.array([0.45], np.float32),
+              "score": np.array([0.05], np.float32)}
+    check(one_node("NonMaxSuppression", feeds, consts, 11, out=TensorProto.INT64), feeds)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 60), st.integers(1, 50), st.integers(0, 2**32 - 1))
+def test_overlapping_pairs_are_those_of_all_pairs(n, chunk, seed):
+    """The sweep along x, in chunks of any size, finds exactly the pairs the all-pairs IoU does."""
+    rng = np.random.default_rng(seed)
+    low = rng.uniform(0, 20, (n, 2)).round(1)
+    x_min, y_min = low.T.astype(np.float32)
+    x_max, y_max = (low + rng.uniform(-1, 8, (n, 2)).round(1)).T.astype(np.float32)
+    threshold = np.float32(rng.choice([0.0, 0.3, 0.7]))
+    earlier, later = _overlaps(x_min, x_max, y_min, y_max, threshold, chunk)
+    area = (x_max - x_min) * (y_max - y_min)
+    want = {(i, j) for i in range(n) for j in range(i + 1, n)
+            if min(area[i], area[j]) > 0 and _iou(x_min, x_max, y_min, y_max, i, j) > threshold}
+    assert sorted(zip(earlier.tolist(), later.tolist())) == sorted(want)
+
+
+def _iou(x_min, x_max, y_min, y_max, i, j) -> np.float32:
+    inter_w = min(x_max[i], x_max[j]) - max(x_min[i], x_min[j])
+    inter_h = min(y_max[i], y_max[j]) - max(y_min[i], y_min[j])
+    if inter_w <= 0 or inter_h <= 0:
+        return np.float32(0)
+    inter = inter_w * inter_h
+    return inter / ((x_max[i] - x_min[i]) * (y_max[i] - y_min[i]) + (x_max[j] - x_min[j]) * (y_max[j] - y_min[j]) - inter)
 
 
 @pytest.mark.parametrize("attrs, length", [({}, None), ({"onesided": 1}, None), ({"inverse": 1}, None),

@@ -122,19 +122,48 @@ def _corners(boxes: np.ndarray, center_point: bool):
             np.minimum(boxes[:, 0], boxes[:, 2]), np.maximum(boxes[:, 0], boxes[:, 2]))
 
 
-def _suppresses(boxes: np.ndarray, center_point: bool, threshold: np.float32) -> np.ndarray:
-    """[n, n]: whether box i suppresses box j: they overlap with IoU over the threshold. In
-    float32 with ONNX Runtime's checks (a degenerate box suppresses nothing)."""
-    x_min, x_max, y_min, y_max = _corners(boxes.astype(np.float32), center_point)
-    inter_w = np.minimum(x_max[:, None], x_max[None]) - np.maximum(x_min[:, None], x_min[None])
-    inter_h = np.minimum(y_max[:, None], y_max[None]) - np.maximum(y_min[:, None], y_min[None])
+def _overlaps(x_min, x_max, y_min, y_max, threshold: np.float32, chunk: int = 1 << 22):
+    """(i, j), i < j: the pairs of boxes whose IoU is over the threshold, in float32 with ONNX
+    Runtime's checks (a degenerate box suppresses nothing). A sweep along x: only boxes whose x
+    ranges meet are compared, `chunk` pairs at a time, so boxes spread over an image (or over the
+    per-class offsets of a batched NMS) cost far less than all n² pairs."""
+    by_x = np.argsort(x_min, kind="stable")
+    n = len(by_x)
+    ends = np.searchsorted(x_min[by_x], x_max[by_x], side="left")
+    counts = np.maximum(ends - np.arange(n) - 1, 0)
+    first_pair = np.cumsum(counts) - counts
     area = (x_max - x_min) * (y_max - y_min)
-    inter = inter_w * inter_h
-    union = area[:, None] + area[None] - inter
-    valid = (inter_w > 0) & (inter_h > 0) & (inter > 0) & (union > 0) & \
-        (area[:, None] > 0) & (area[None] > 0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return valid & (inter / union > threshold)
+    pairs = []
+    for rows in np.split(np.arange(n), np.searchsorted(first_pair, np.arange(chunk, counts.sum(), chunk))):
+        k = counts[rows]
+        a = np.repeat(rows, k)
+        b = a + 1 + np.arange(k.sum()) - np.repeat(first_pair[rows] - first_pair[rows[:1]], k)
+        a, b = by_x[a], by_x[b]
+        inter_w = np.minimum(x_max[a], x_max[b]) - np.maximum(x_min[a], x_min[b])
+        inter_h = np.minimum(y_max[a], y_max[b]) - np.maximum(y_min[a], y_min[b])
+        inter = inter_w * inter_h
+        union = area[a] + area[b] - inter
+        valid = (inter_w > 0) & (inter_h > 0) & (inter > 0) & (union > 0) & (area[a] > 0) & (area[b] > 0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            over = valid & (inter / union > threshold)
+        pairs.append((np.minimum(a[over], b[over]), np.maximum(a[over], b[over])))
+    return tuple(np.concatenate(p) for p in zip(*pairs))
+
+
+def _greedy(n: int, pairs, limit: int) -> list[int]:
+    """Boxes 0…n-1 in score order, each kept unless an earlier kept box overlaps it: at most limit."""
+    earlier, later = pairs
+    by_earlier = np.argsort(earlier, kind="stable")
+    later = later[by_earlier]
+    starts = np.searchsorted(earlier[by_earlier], np.arange(n + 1)).tolist()
+    removed, kept = np.zeros(n, bool), []
+    for i in range(n):
+        if not removed[i]:
+            kept.append(i)
+            if len(kept) == limit:
+                break
+            removed[later[starts[i]:starts[i + 1]]] = True
+    return kept
 
 
 def _scalar(t: torch.Tensor | None, default):
@@ -155,18 +184,14 @@ def _non_max_suppression(node: Node) -> Kernel:
         boxes, scores = boxes.numpy(), scores.numpy()
         selected = []
         for batch in range(scores.shape[0] if limit else 0):
-            suppresses = _suppresses(boxes[batch], center_point, iou)
+            x_min, x_max, y_min, y_max = _corners(boxes[batch].astype(np.float32), center_point)
             for cls, s in enumerate(scores[batch]):
                 order = np.argsort(-s, kind="stable")
                 if floor is not None:
                     order = order[s[order] > floor]
-                kept: list[int] = []
-                for i in order:
-                    if len(kept) == limit:
-                        break
-                    if not suppresses[kept, i].any():
-                        kept.append(int(i))
-                selected += [(batch, cls, i) for i in kept]
+                corners = x_min[order], x_max[order], y_min[order], y_max[order]
+                kept = order[_greedy(len(order), _overlaps(*corners, iou), limit)]
+                selected += [(batch, cls, int(i)) for i in kept]
         return torch.tensor(selected, dtype=torch.int64).reshape(-1, 3)
     return run
 
