@@ -69,3 +69,33 @@ def test_a_batch_norm_of_negative_epsilon_runs_by_onnx_formula(backend, shape):
     got = autofusion.compile(model, level=2, backend=backend)(x)
     assert np.isnan(got[:, [0, 2]]).all()
     np.testing.assert_allclose(got, want, rtol=1e-5, equal_nan=True)
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+@pytest.mark.parametrize("covers", [True, False])
+def test_scatter_elements_of_whole_slices(axis, covers):
+    """An index Expand broadcasts over the other axes writes whole slices (torchvision's multi-
+    scale RoIAlign merging its levels): copied slice by slice, negative indices too; an index that
+    does not cover the other axes scatters element by element. Both equal ONNX Runtime."""
+    x_shape = [5, 4, 3]
+    a = axis % 3
+    u_shape = list(x_shape)
+    u_shape[a] = 2
+    if not covers:
+        u_shape[(a + 1) % 3] -= 1
+    index_shape = [2 if d == a else 1 for d in range(3)]
+    f, i64 = TensorProto.FLOAT, TensorProto.INT64
+    g = helper.make_graph(
+        [helper.make_node("Expand", ["slices", "shape"], ["index"]),
+         helper.make_node("ScatterElements", ["x", "index", "u"], ["y"], axis=axis)], "g",
+        [helper.make_tensor_value_info("x", f, x_shape), helper.make_tensor_value_info("slices", i64, index_shape),
+         helper.make_tensor_value_info("u", f, u_shape)],
+        [helper.make_tensor_value_info("y", f, None)],
+        [helper.make_tensor("shape", i64, [3], u_shape)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    rng = np.random.default_rng(a)
+    feeds = {"x": rng.standard_normal(x_shape).astype(np.float32),
+             "slices": np.array([-1, 1], np.int64).reshape(index_shape),
+             "u": rng.standard_normal(u_shape).astype(np.float32)}
+    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
+    np.testing.assert_array_equal(autofusion.compile(model, level=0).run(feeds)["y"], want)

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 import autofusion
+from autofusion.backend import native
 from autofusion.backend.torch_cpu.vision import _overlaps
 
 RNG = np.random.default_rng(0)
@@ -29,12 +30,25 @@ def one_node(op: str, feeds: dict, consts: dict, opset: int, out=TensorProto.FLO
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
-def check(model, feeds, rtol=1e-5, atol=1e-5):
+def check(model, feeds, rtol=1e-5, atol=1e-5, kernel=None):
+    """Equal to ONNX Runtime; where `kernel` is given, the node ran on that implementation."""
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
     compiled = autofusion.compile(model, level=0)
     outs = compiled.run(feeds)
     for got, w in zip([outs[n] for n in compiled.output_names], want, strict=True):
         np.testing.assert_allclose(got, w, rtol=rtol, atol=atol)
+    if kernel is not None:
+        assert [d.impl.name for d in compiled.plan.decisions.values()] == [kernel]
+
+
+@pytest.fixture(params=["C++ kernel", "torch"])
+def roi_align_kernel(request, monkeypatch):
+    """RoiAlign's implementations: C++ where there is a compiler, PyTorch's everywhere."""
+    if request.param == "torch":
+        monkeypatch.setattr(native, "unavailable", lambda: "no C++ compiler (this test)")
+    elif native.unavailable() is not None:
+        pytest.skip(f"no native code: {native.unavailable()}")
+    return request.param
 
 
 def floats(*shape):
@@ -74,14 +88,38 @@ def test_grid_sample(mode, padding, corners):
 @pytest.mark.parametrize("mode", ["avg", "max"])
 @pytest.mark.parametrize("transform", ["half_pixel", "output_half_pixel"])
 @pytest.mark.parametrize("ratio", [0, 2])
-def test_roi_align(mode, transform, ratio):
+def test_roi_align(mode, transform, ratio, roi_align_kernel):
     x = floats(2, 3, 10, 12)
     rois = np.array([[0, 0, 9, 9], [1.5, 2.2, 7.1, 6.3], [4, 4, 4.5, 4.2], [-2, -1, 20, 15]], np.float32)
     batch = np.array([0, 1, 1, 0], np.int64)
     model = one_node("RoiAlign", {"x": x}, {"rois": rois, "batch": batch}, 16, mode=mode,
                      coordinate_transformation_mode=transform, sampling_ratio=ratio,
                      output_height=3, output_width=4, spatial_scale=0.9)
-    check(model, {"x": x}, rtol=1e-4, atol=1e-5)
+    check(model, {"x": x}, rtol=1e-4, atol=1e-5, kernel=roi_align_kernel)
+
+
+@pytest.mark.parametrize("mode", ["avg", "max"])
+def test_roi_align_of_many_regions(mode, roi_align_kernel):
+    """Many regions over two images, of every size (sampling grids from none to 9 × 6, some
+    partly or wholly outside the image, some empty)."""
+    x = floats(2, 5, 23, 17)
+    corner = RNG.uniform(-10, 25, (60, 2))
+    rois = np.concatenate([corner, corner + RNG.uniform(0, 30, (60, 2)) * (RNG.random((60, 1)) > 0.1)], 1)
+    batch = RNG.integers(0, 2, 60)
+    model = one_node("RoiAlign", {"x": x}, {"rois": rois.astype(np.float32), "batch": batch}, 16,
+                     mode=mode, output_height=3, output_width=5, spatial_scale=0.7)
+    check(model, {"x": x}, rtol=1e-4, atol=1e-5, kernel=roi_align_kernel)
+
+
+def test_roi_align_of_no_regions_and_a_batch_index_outside_the_batch(roi_align_kernel):
+    x = floats(2, 3, 8, 8)
+    rois = np.array([[0, 0, 4, 4]], np.float32)
+    feeds = {"x": x, "rois": rois[:0], "batch": np.zeros(0, np.int64)}
+    check(one_node("RoiAlign", feeds, {}, 16), feeds, kernel=roi_align_kernel)
+    for outside in (2, -1):
+        model = one_node("RoiAlign", {"x": x}, {"rois": rois, "batch": np.array([outside], np.int64)}, 16)
+        with pytest.raises(autofusion.NodeExecutionError, match="RoiAlign_0.*batch index is outside"):
+            autofusion.compile(model, level=0)(x)
 
 
 @pytest.mark.parametrize("center_point", [0, 1])

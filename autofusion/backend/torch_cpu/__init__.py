@@ -12,6 +12,7 @@ from . import signal, state_space, text, vision  # noqa: F401 - newer opsets' op
 from . import sequence  # noqa: F401 - tensor sequences (lists of tensors)
 from . import torch_call  # noqa: F401,E402 - the kernel of TorchCall (unmapped PyTorch ops)
 from . import generated  # noqa: F401,E402 - regions as generated C++ kernels, after op by op (region.py)
+from . import cpp_kernels  # noqa: F401,E402 - hand-written C++ kernels, after their PyTorch forms
 from .common import KERNELS, TORCH_DTYPES, Kernel, KernelBuilder, kernel, to_torch, torch_dtype
 
 __all__ = ["KERNELS", "TORCH_DTYPES", "Kernel", "KernelBuilder", "kernel", "to_torch", "torch_dtype"]

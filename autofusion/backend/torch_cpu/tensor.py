@@ -305,6 +305,14 @@ def _gather_nd(node: Node) -> Kernel:
     return run
 
 
+def _one_index_per_slice(x: torch.Tensor, i: torch.Tensor, u: torch.Tensor, axis: int) -> bool:
+    """Whether scattering u at i along axis writes whole slices of x: i one index per slice,
+    broadcast over the other axes (stride 0, as an Expand's view is), covering them, as u does.
+    torchvision's multi-scale RoIAlign merges its levels so."""
+    return x.dim() > 0 and i.shape == u.shape and all(
+        i.stride(d) == 0 and i.shape[d] == x.shape[d] for d in range(x.dim()) if d != axis)
+
+
 _REDUCE = {"add": "sum", "mul": "prod", "max": "amax", "min": "amin"}
 
 
@@ -312,7 +320,13 @@ _REDUCE = {"add": "sum", "mul": "prod", "max": "amax", "min": "amin"}
 def _scatter_elements(node: Node) -> Kernel:
     axis, red = node.attr("axis", 0), node.attr("reduction", "none")
     if red == "none":
-        return lambda x, i, u: x.scatter(axis, _pos_index(i, x.shape[axis]), u)
+        def run(x, i, u):
+            a = axis % max(x.dim(), 1)
+            if _one_index_per_slice(x, i, u, a):   # whole slices: copied, not element by element
+                per_slice = i[tuple(slice(None) if d == a else 0 for d in range(i.dim()))]
+                return x.index_copy(a, _pos_index(per_slice, x.shape[a]), u)
+            return x.scatter(axis, _pos_index(i, x.shape[axis]), u)
+        return run
     return lambda x, i, u: x.scatter_reduce(axis, _pos_index(i, x.shape[axis]), u, _REDUCE[red])
 
 

@@ -91,8 +91,10 @@ def _roi_align(node: Node) -> Kernel:
         rw, rh = x1 - x0, y1 - y0
         if not half_pixel:   # a malformed region is taken as 1 × 1
             rw, rh = max(rw, 1.0), max(rh, 1.0)
-        gh = ratio if ratio > 0 else max(math.ceil(rh / oh), 1)
-        gw = ratio if ratio > 0 else max(math.ceil(rw / ow), 1)
+        gh = ratio if ratio > 0 else max(math.ceil(rh / oh), 0)
+        gw = ratio if ratio > 0 else max(math.ceil(rw / ow), 0)
+        if not gh * gw:   # an empty region: no samples, its bins are 0
+            return image.new_zeros(image.shape[0], oh, ow)
         yi, wy = _bilinear_axis(samples(y0, rh, oh, gh).double(), h)    # [oh, gh, 2]
         xi, wx = _bilinear_axis(samples(x0, rw, ow, gw).double(), w)    # [ow, gw, 2]
         wy, wx = wy.to(image.dtype), wx.to(image.dtype)
@@ -104,10 +106,17 @@ def _roi_align(node: Node) -> Kernel:
         return weighted.amax(dim=(6, 3)).amax(dim=(4, 2))
 
     def run(x, rois, batch_indices):
+        check_batch_indices(batch_indices, x.shape[0])
         if rois.shape[0] == 0:
             return x.new_zeros(0, x.shape[1], oh, ow)
         return torch.stack([pool(x[int(b)], r) for r, b in zip(rois, batch_indices)])
     return run
+
+
+def check_batch_indices(batch_indices: torch.Tensor, images: int) -> None:
+    """RoiAlign's regions name images of the batch, counted from 0 (ONNX has no negative ones)."""
+    if len(batch_indices) and not (0 <= int(batch_indices.min()) and int(batch_indices.max()) < images):
+        raise ValueError(f"a batch index is outside the image's batch of {images}: {batch_indices.tolist()}")
 
 
 # ---- NonMaxSuppression ----------------------------------------------------------------------
