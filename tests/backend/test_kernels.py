@@ -99,3 +99,25 @@ def test_scatter_elements_of_whole_slices(axis, covers):
              "u": rng.standard_normal(u_shape).astype(np.float32)}
     want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
     np.testing.assert_array_equal(autofusion.compile(model, level=0).run(feeds)["y"], want)
+
+
+@pytest.mark.parametrize("largest", [1, 0])
+@pytest.mark.parametrize("ties", ["inside", "at the k-th"])
+def test_top_k_of_a_few_among_many_puts_the_lower_index_first(largest, ties):
+    """k ≤ n/2 takes torch.topk, whose order among equal values ONNX fixes (lower index first);
+    equal values across the k-th one take the stable sort. Both equal ONNX Runtime."""
+    rng = np.random.default_rng(largest)
+    if ties == "inside":   # every value twice and k even: the k-th value's twin is in too
+        x = (rng.permuted(np.tile(np.arange(500), (3, 2)), axis=1) / 7).astype(np.float32)
+    else:
+        x = rng.random((3, 1000)).round(2).astype(np.float32)
+    k = helper.make_tensor("k", TensorProto.INT64, [1], [40])
+    g = helper.make_graph([helper.make_node("TopK", ["x", "k"], ["v", "i"], largest=largest)], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 1000])],
+                          [helper.make_tensor_value_info("v", TensorProto.FLOAT, None),
+                           helper.make_tensor_value_info("i", TensorProto.INT64, None)], [k])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})
+    got = autofusion.compile(model, level=0).run({"x": x})
+    np.testing.assert_array_equal(got["v"], want[0])
+    np.testing.assert_array_equal(got["i"], want[1])

@@ -567,10 +567,23 @@ def _topk(node: Node) -> Kernel:
 
     def run(x, k=None):
         k = kc[0] if kc is not None else int(k)
-        # a stable sort, not torch.topk: ONNX wants the lower index first among equal values
+        if 0 < 2 * k <= x.shape[axis]:   # a few of many: torch.topk (a 1.3M-score row: 5 ms, not 115)
+            v, i = torch.topk(x, k, dim=axis, largest=largest)
+            kth = v.narrow(axis, k - 1, 1)
+            if not kth.isnan().any() and torch.equal((x == kth).sum(axis), (v == kth).sum(axis)):
+                return _lower_index_first(v, i, axis, largest)
+        # ONNX wants the lower index first among equal values: a stable sort orders them so
         v, i = torch.sort(x, dim=axis, descending=largest, stable=True)
         return v.narrow(axis, 0, k), i.narrow(axis, 0, k)
     return run
+
+
+def _lower_index_first(v: torch.Tensor, i: torch.Tensor, axis: int, largest: bool):
+    """torch.topk's values and indices, equal values reordered by index as ONNX's TopK has them.
+    The caller checks that every value equal to the k-th one is in: torch.topk takes any of them."""
+    i, by_index = torch.sort(i, dim=axis)
+    v, order = torch.sort(v.gather(axis, by_index), dim=axis, descending=largest, stable=True)
+    return v, i.gather(axis, order)
 
 
 @kernel("NonZero")
