@@ -223,3 +223,21 @@ def test_tfidf_vectorizer(mode, grams, skip):
     if mode != "TF":
         attrs["weights"] = RNG.uniform(0.5, 2, 12).astype(np.float32).tolist()
     check(one_node("TfIdfVectorizer", {"x": tokens}, {}, 9, **attrs), {"x": tokens})
+
+
+def test_the_cpp_roi_align_refuses_a_double_image_and_the_plan_says_why():
+    x = RNG.standard_normal((1, 2, 6, 6))
+    rois = np.array([[0, 0, 4, 4]], np.float64)
+    feeds = {"x": x}
+    graph = helper.make_graph(
+        [helper.make_node("RoiAlign", ["x", "rois", "batch"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.DOUBLE, x.shape)],
+        [helper.make_tensor_value_info("y", TensorProto.DOUBLE, None)],
+        [numpy_helper.from_array(rois, "rois"), numpy_helper.from_array(np.zeros(1, np.int64), "batch")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 16)])
+    compiled = autofusion.compile(model, level=0)
+    assert [d.impl.name for d in compiled.plan.decisions.values()] == ["torch"]
+    if native.unavailable() is None:
+        assert "its image and regions are not float32" in str(compiled.plan)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(compiled.run(feeds)["y"], want, rtol=1e-6)
