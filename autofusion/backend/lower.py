@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 
 from ..errors import AutofusionError, KernelBuildError
 from ..ir import Graph, Node, Value
+from ..ir.region_space import VIEWS
+from ..ir.scalar import ROW_OPS
 from ..ir.sequences import touches_sequences
 from .impl import Impl, implementations
 
@@ -240,6 +242,37 @@ def _order_for_reader(writer: Node, reads: list[tuple[Node, int]],
     return perm if perm[-1] == rank - 1 and perm != tuple(range(rank)) else None
 
 
+CONVOLUTIONS = frozenset({"Conv", "ConvTranspose", "autofusion::FusedConv"})
+
+
+def channels_last(rank: int) -> tuple[int, ...]:
+    """NCHW's axes stored as NHWC (NCL as NLC, NCDHW as NDHWC), outermost first."""
+    return (0, *range(2, rank), 1)
+
+
+def _channels_last_operands(n: Node, part: Partition, decisions: dict[Node, Decision],
+                            readers: dict[Value, list[tuple[Node, int]]]) -> list[Value]:
+    """The tensors an elementwise region next to a convolution reads and writes channels-last:
+    convolutions run channels-last, and a row-major region between them costs a reorder on
+    each side (DenseNet's BatchNorm+ReLU after each Concat: 62 of each). They are its operands
+    of its output's full shape (a per-channel scale or a scalar broadcasts either way), when all
+    are values inside the partition that no other step needs row-major or as a view; none
+    otherwise."""
+    if n.op != "autofusion::Region" or any(m.op in ROW_OPS or m.op in VIEWS for m in n.attrs["body"].nodes):
+        return []
+    shape = n.outputs[0].shape
+    if shape is None or len(shape) < 3 or not all(isinstance(d, int) for d in shape):
+        return []
+    full = [v for v in (*n.inputs, *n.outputs) if v is not None and v.const is None and v.shape == shape]
+    neighbours = [m for v in full for m in (v.producer, *(r for r, _ in readers.get(v, ())))]
+    if any(v not in part.values or decisions[v.producer].impl.view for v in full) or \
+            any(r is not n and (decisions[r].impl.reads_plain(i) or decisions[r].impl.view)
+                for v in full for r, i in readers.get(v, ())) or \
+            not any(m.op in CONVOLUTIONS for m in neighbours):
+        return []
+    return full
+
+
 def plan_values(part: Partition, decisions: dict[Node, Decision], graph: Graph) -> None:
     """Boundary, layouts, lifetimes and in-place steps of one native partition."""
     step_of = {n: i for i, n in enumerate(part.nodes)}
@@ -274,6 +307,9 @@ def plan_values(part: Partition, decisions: dict[Node, Decision], graph: Graph) 
             part.values[v] = ValuePlan("plain" if plain else "any", step_of[n],
                                        max(step_of[r] for r, _ in reads), bf16=bf16,
                                        order=_order_for_reader(n, reads, decisions))
+    for n in part.nodes:
+        for v in _channels_last_operands(n, part, decisions, readers):
+            part.values[v].order = channels_last(len(v.shape))
 
     # in place: a step may write over the operand its impl's `overwrites` names (an eltwise or
     # binary step's first, a convolution's residual) when that operand, and every view of its

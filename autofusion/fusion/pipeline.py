@@ -18,7 +18,7 @@ from typing import Iterable
 
 from ..ir import Graph
 from ..ir.control_flow import bodies
-from ..passes import (Evaluator, close_over_constants, eliminate_common_subexpressions, eliminate_dead_code,
+from ..passes import (Evaluator, batch_norms_as_affine, close_over_constants, eliminate_common_subexpressions, eliminate_dead_code,
                       fold_constants, fold_static_shapes, inline_constant_ifs, read_shapes_upstream,
                       refine_shapes, resolve_cast_like, widen_float16)
 from .cost import seconds
@@ -77,6 +77,7 @@ def optimize(graph: Graph, level: int, disable: Iterable[str] = (),
         passes[CLOSED] = close_over_constants(graph)   # before the bodies' own clean-up
     auto = None
     if level >= 2 and AUTO_FUSION not in disable:
+        passes["BatchNormalization as Mul+Add"] = batch_norms_as_affine(graph)   # so it fuses
         auto = plan_regions(graph, max_region_nodes, max_region_inputs)
         made = fuse_regions(graph, auto)
         eliminate_dead_code(graph)   # the scalar constants now written into the regions' bodies

@@ -39,6 +39,7 @@ factor of the space's size), so growing a region stays near-linear in its size.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from .dims import broadcast_shapes
 from .graph import Node, Value
@@ -153,27 +154,28 @@ class Space:
     def lift_of(self, v: Value) -> tuple[int, ...]:
         return self.lift(v.shape, self.frames[id(v)])
 
-    def strides(self, shape, frame: Frame) -> tuple[int, ...]:
-        """A dense row-major tensor's strides over S (0 where it is broadcast; a transposed
-        frame gives strides out of order)."""
+    def strides(self, shape, frame: Frame, order: Sequence[int] | None = None) -> tuple[int, ...]:
+        """A dense tensor's strides over S (0 where it is broadcast; a transposed frame gives
+        strides out of order); row-major, or with its axes stored in `order`, outermost first
+        (channels-last: 0, 2, 3, 1)."""
         out, step = [0] * len(self.sizes), 1
-        for d, run in reversed(list(zip(shape, frame))):
-            if d != 1:
-                for s in reversed(run):
+        for a in reversed(range(len(shape)) if order is None else order):
+            if shape[a] != 1:
+                for s in reversed(frame[a]):
                     out[s] = step
                     step *= self.sizes[s]
         return tuple(out)
 
-    def value_strides(self, v: Value) -> tuple[int, ...]:
+    def value_strides(self, v: Value, order: Sequence[int] | None = None) -> tuple[int, ...]:
         """Where a member is stored, as a region output."""
-        return self.strides(v.shape, self.frames[id(v)])
+        return self.strides(v.shape, self.frames[id(v)], order)
 
-    def operand_strides(self, node: Node, i: int) -> tuple[int, ...]:
+    def operand_strides(self, node: Node, i: int, order: Sequence[int] | None = None) -> tuple[int, ...]:
         """Where node reads its input i from outside the region, as the node aligns it."""
         v = node.inputs[i]
         if node.op in RESHAPES and (id(node), i) not in self.frames:
-            return self.value_strides(node.outputs[0])   # the same elements in the same order
-        return self.strides(v.shape, self.frames[(id(node), i)])
+            return self.value_strides(node.outputs[0], order)   # the same elements in the same order
+        return self.strides(v.shape, self.frames[(id(node), i)], order)
 
     def columns(self) -> list[int]:
         """The S axes of a row that are not of size 1."""

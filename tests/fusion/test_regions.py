@@ -446,7 +446,9 @@ def test_regions_export_as_functions_that_onnxruntime_runs_and_read_back_fused(t
 
 UNARY = ["Relu", "Neg", "Sigmoid", "Tanh", "Abs", "Exp", "Softplus", "HardSwish"]
 BINARY = ["Add", "Sub", "Mul", "Max", "Min"]
-OTHERS = ["Transpose", "Hardmax"]      # a view regions index with strides; an op none takes
+OTHERS = ["Transpose", "CumSum"]       # a view regions index with strides; an op none takes
+                                      # (continuous: Hardmax turned a region's last-ulp
+                                      # difference in near-tied values into a different index)
 REDUCE = ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceSumSquare", "ReduceL2",
           "ReduceLogSumExp"]
 AXES = [[-1], [-2, -1], None]          # the last axis, the last two, all
@@ -493,8 +495,11 @@ def random_dags(draw):
             op = draw(st.sampled_from(OTHERS))
             perm = list(range(len(a[1])))
             perm[-2:] = perm[-2:][::-1]   # the last two axes swapped: still broadcasts to [2,4,4]
-            attrs = {"Transpose": {"perm": perm}, "Hardmax": {"axis": -1}}[op]
-            nodes.append(helper.make_node(op, [a[0]], [out], name=out, **attrs))
+            if op == "Transpose":
+                nodes.append(helper.make_node(op, [a[0]], [out], name=out, perm=perm))
+            else:
+                inits["last"] = np.array(-1, np.int64)
+                nodes.append(helper.make_node(op, [a[0], "last"], [out], name=out))
             values.append((out, tuple(a[1][p] for p in perm) if op == "Transpose" else a[1], "f"))
         elif kind == "reduce":
             op, axes = draw(st.sampled_from(REDUCE)), draw(st.sampled_from(AXES))

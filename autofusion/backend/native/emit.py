@@ -76,6 +76,11 @@ class PartitionSource:
             raise AssertionError(f"value {v.name!r} is read before the partition declares it")
         return self.const(v.const, v.name, key=v)
 
+    def order(self, v: Value | None) -> tuple[int, ...] | None:
+        """The axis order the plan stores an inside value in (None: as it is)."""
+        vp = self.part.values.get(v) if v is not None else None
+        return vp.order if vp is not None else None
+
     def out(self, node: Node, j: int = 0) -> int:
         """The id of output j; one nobody reads gets a temporary of this step to be written to."""
         v = node.outputs[j]

@@ -65,6 +65,10 @@ COMBINE = {"sum": "{acc} += {x};", "max": "{acc} = af_max({acc}, {x});",
 CLAUSE = {"sum": "+", "max": "af_max", "min": "af_min"}   # the omp reductions (scalar.h)
 
 
+# per input and per output of a region node, the axis order it is stored in (None: row-major)
+Orders = tuple[list[tuple[int, ...] | None], list[tuple[int, ...] | None]]
+
+
 @dataclass
 class Operand:
     name: str                 # in0 / out1
@@ -132,7 +136,9 @@ def _lay_out(body: Graph) -> tuple[Space | None, str | None]:
 class _Body:
     """A typed body laid out over its space: the operands, and a C name per value."""
 
-    def __init__(self, node: Node):
+    def __init__(self, node: Node, orders: Orders | None = None):
+        in_orders, out_orders = orders or ([None] * len(node.inputs), [None] * len(node.outputs))
+        self.ordered = any(o is not None for o in [*in_orders, *out_orders])
         self.body = body = typed_body(node)
         space, why = _laid_out(body)
         if space is None:
@@ -148,27 +154,32 @@ class _Body:
             for i, v in enumerate(data_inputs(n)):
                 if v is None or id(v) not in index:
                     continue
-                key = (index[id(v)], space.operand_strides(n, i))
+                key = (index[id(v)], space.operand_strides(n, i, in_orders[index[id(v)]]))
                 if key not in loads:   # one load per input and alignment (x0, x0_1 transposed)
                     same = sum(1 for j, _ in loads if j == key[0])
                     name = f"x{key[0]}" + (f"_{same}" if same else "")
                     loads[key] = Operand(f"in{key[0]}", list(key[1]), name)
                 self.reads[(k, i)] = loads[key].value
         self.ins = sorted(loads.values(), key=lambda o: (int(o.name[2:]), o.value))
-        self.outs = [Operand(f"out{j}", list(space.value_strides(v))) for j, v in enumerate(body.outputs)]
+        self.outs = [Operand(f"out{j}", list(space.value_strides(v, out_orders[j])))
+                     for j, v in enumerate(body.outputs)]
 
     def operand(self, k: int, i: int, v) -> str | None:
         return None if v is None else self.reads.get((k, i)) or self.names[id(v)]
 
 
-def kernel_source(node: Node, fn: str, lanes: int | None = None) -> str:
+def kernel_source(node: Node, fn: str, lanes: int | None = None, orders: Orders | None = None) -> str:
     """The C++ function `fn(in, out)` computing the region node; an elementwise one `lanes`
-    elements at a time (lanes.h; default: what this CPU and compiler have, build.py)."""
+    elements at a time (lanes.h; default: what this CPU and compiler have, build.py). `orders`:
+    the axis order each input and output is stored in (None: row-major), as the plan lays them
+    out (lower.py channels_last); only an elementwise region takes them."""
     lanes = vector_lanes() if lanes is None else lanes
     if lanes not in (1, 16):
         raise ValueError(f"lanes={lanes}: a generated loop is 1 or 16 floats wide (lanes.h)")
-    b = _Body(node)
+    b = _Body(node, orders)
     if b.space.rows is not None:
+        if b.ordered:
+            raise ValueError(f"region {node.name!r}: a row kernel reads its operands row-major")
         return _row_source(node, b, fn)
     return _loop_nest_source(node, b, fn, lanes)
 
@@ -176,6 +187,11 @@ def kernel_source(node: Node, fn: str, lanes: int | None = None) -> str:
 def _loop_nest_source(node: Node, b: _Body, fn: str, lanes: int) -> str:
     body, space = b.body, list(b.sizes)
     ops, outs = b.ins, b.outs
+    if b.ordered:   # the loops in the order the first output is stored in: channels innermost
+        perm = sorted(range(len(space)), key=lambda d: -outs[0].strides[d])
+        space = [space[d] for d in perm]
+        for o in ops + outs:
+            o.strides = [o.strides[d] for d in perm]
     sizes, strides = collapse(space, [o.strides for o in ops + outs])
     for o, s in zip(ops + outs, strides):
         o.strides = s
@@ -486,7 +502,8 @@ def _row_source(node: Node, b: _Body, fn: str) -> str:
 @native(fused("Region"), check=refusal, plain="all", name="generated")
 def emit_region(node: Node, p: PartitionSource) -> str:
     """A generated C++ loop nest over the region's iteration space (kernels.py)."""
-    fn = p.define(lambda name: kernel_source(node, name))
+    orders = ([p.order(v) for v in node.inputs], [p.order(v) for v in node.outputs])
+    fn = p.define(lambda name: kernel_source(node, name, orders=orders))
     outs = "{" + ", ".join(str(p.out(node, j)) for j in range(len(node.outputs))) + "}"
     ins = "{" + ", ".join(str(p.ref(v)) for v in node.inputs) + "}"
     return p.call("kernel", fn, outs, ins)

@@ -137,6 +137,19 @@ def test_strides_and_collapsed_loops():
     assert collapse([1, 1], [[0, 0]]) == ([1], [[0]])
 
 
+def test_an_operand_stored_channels_last_has_its_strides_and_the_loops_follow_it():
+    space, natural = Space([1, 64, 112, 112]), ((0,), (1,), (2,), (3,))
+    assert space.strides((1, 64, 112, 112), natural, (0, 2, 3, 1)) == (0, 1, 7168, 64)
+    assert space.strides((1, 64, 1, 1), natural, (0, 2, 3, 1)) == (0, 1, 0, 0)
+    # x and the result channels-last, the per-channel shift as it is: pixels outside, channels inside
+    source = kernel_source(silu_scale().nodes[0], "k", lanes=1, orders=([CL, None], [CL]))
+    assert "i0 < 36" in source and "i1 < 8" in source
+    assert "in0[i0 * 8 + i1]" in source and "in1[i1]" in source and "out0[i0 * 8 + i1]" in source
+
+
+CL = (0, 2, 3, 1)
+
+
 def silu_scale() -> Graph:
     body = Graph("silu_scale", {"": 21})
     x, s = body.add_input("in0", (1, 8, 6, 6), DType.FLOAT), body.add_input("in1", (1, 8, 1, 1), DType.FLOAT)

@@ -81,3 +81,74 @@ def test_the_stem_equals_the_torch_backend():
     got = autofusion.compile(model, backend="native")(x)
     want = autofusion.compile(model, backend="torch")(x)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def pre_activation_model(after_a_convolution: bool = True) -> onnx.ModelProto:
+    """DenseNet's layer: Concat(a, conv(a)) → BatchNormalization → Relu → 1x1 convolution, where a
+    is a convolution's result (or, with after_a_convolution off, the model's input itself)."""
+    def w(name, *shape):
+        return numpy_helper.from_array(RNG.standard_normal(shape).astype(np.float32) * 0.3, name)
+    stats = [numpy_helper.from_array(v.astype(np.float32), k) for k, v in
+             {"s": RNG.uniform(0.5, 2, 6), "b": RNG.normal(size=6), "m": RNG.normal(size=6),
+              "v": RNG.uniform(0.5, 2, 6)}.items()]
+    first = [helper.make_node("Conv", ["x", "w0"], ["a"], pads=[1, 1, 1, 1])] if after_a_convolution else []
+    a = "a" if after_a_convolution else "x"
+    nodes = first + [helper.make_node("Conv", [a, "w1"], ["c"], pads=[1, 1, 1, 1]),
+                     helper.make_node("Concat", [a, "c"], ["cat"], axis=1),
+                     helper.make_node("BatchNormalization", ["cat", "s", "b", "m", "v"], ["n"]),
+                     helper.make_node("Relu", ["n"], ["r"]),
+                     helper.make_node("Conv", ["r", "w2"], ["y"])]
+    g = helper.make_graph(nodes, "pre_activation", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 32, 32])],
+                          [w("w0", 3, 3, 3, 3), w("w1", 3, 3, 3, 3), w("w2", 8, 6, 1, 1), *stats])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def region_orders(model) -> list:
+    """The planned storage order of each value a region reads or writes inside its partition."""
+    part = next(p for p in model.plan.partitions if p.target == "native")
+    region = next(n for n in part.nodes if n.op == "autofusion::Region")
+    return [part.values[v].order if v in part.values else "outside"
+            for v in (*region.inputs, *region.outputs) if v.const is None]
+
+
+def test_a_region_between_convolutions_computes_channels_last(tmp_path):
+    model = autofusion.compile(pre_activation_model(), backend="native")
+    assert region_orders(model) == [(0, 2, 3, 1), (0, 2, 3, 1)]
+    assert "order 0,2,3,1" in str(model.plan)
+    path = tmp_path / "pre_activation.onnx"
+    onnx.save(pre_activation_model(), path)
+    ran = primitives_in_a_run(path, "fp32")
+    convs = [i for i, line in enumerate(ran) if ",convolution," in line]
+    assert len(convs) == 3, ran
+    between = [line for line in ran[convs[0]:convs[-1]] if ",reorder," in line]
+    assert not between, between
+
+
+def test_a_region_reading_the_models_input_reads_it_row_major():
+    """BatchNormalization+ReLU of the caller's NCHW image, then a convolution: the region's input
+    is the caller's, so it runs row-major (a reorder before the convolution, none before it)."""
+    stats = [numpy_helper.from_array(v.astype(np.float32), k) for k, v in
+             {"s": RNG.uniform(0.5, 2, 3), "b": RNG.normal(size=3), "m": RNG.normal(size=3),
+              "v": RNG.uniform(0.5, 2, 3)}.items()]
+    nodes = [helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["n"]),
+             helper.make_node("Relu", ["n"], ["r"]),
+             helper.make_node("Conv", ["r", "w"], ["y"])]
+    g = helper.make_graph(nodes, "bn_on_input", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+                          [numpy_helper.from_array(RNG.standard_normal((4, 3, 1, 1)).astype(np.float32), "w"), *stats])
+    model = autofusion.compile(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), backend="native")
+    assert region_orders(model) == ["outside", None]
+    x = RNG.standard_normal((1, 3, 8, 8)).astype(np.float32)
+    want = autofusion.compile(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), backend="torch")(x)
+    np.testing.assert_allclose(model(x), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("after_a_convolution", [True, False])
+def test_the_pre_activation_layer_equals_onnx_runtime(after_a_convolution):
+    import onnxruntime as ort
+    model = pre_activation_model(after_a_convolution)
+    x = RNG.standard_normal((1, 3, 32, 32)).astype(np.float32)
+    got = autofusion.compile(model, backend="native")(x)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -1524,12 +1524,12 @@ void Partition::kernel(KernelFn fn, const std::vector<int>& dsts, const std::vec
   Impl& m = *impl_;
   Exec e{dnnl::primitive(), {}, {}, m.node, m.step, fn, {}, {}};
   e.kernel = "generated";
+  // each operand dense, row-major or in the axis order the plan gave it (the kernel's strides)
   for (size_t i = 0; i < srcs.size(); ++i)
-    e.args.push_back(Impl::use(DNNL_ARG_MULTIPLE_SRC + int(i),
-                               m.ensure(srcs[i], plain(m.val(srcs[i]).shape))));
+    e.args.push_back(Impl::use(DNNL_ARG_MULTIPLE_SRC + int(i), m.ensure(srcs[i], m.dense_result(srcs[i]))));
   std::vector<int> written;
   for (size_t j = 0; j < dsts.size(); ++j) {
-    written.push_back(m.produce(dsts[j], plain(m.val(dsts[j]).shape)));
+    written.push_back(m.produce(dsts[j], m.dense_result(dsts[j])));
     e.args.push_back(Impl::use(DNNL_ARG_MULTIPLE_DST + int(j), written.back()));
   }
   m.execs.push_back(std::move(e));
