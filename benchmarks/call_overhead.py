@@ -63,7 +63,7 @@ def main(argv=None) -> None:
     ptrs = (library._c * len(outs))(*[o.data_ptr() for o in outs])
 
     def c_call():
-        part._run(part.handle, ins, ptrs)
+        part._run(part.handle, ins, ptrs, 0, -1)
 
     def run_model():
         model(*xs)

@@ -53,6 +53,10 @@ class StepTimes:
     native: dict[int, list[float]]
 
 
+def _same(values: list, others: list) -> bool:
+    return len(values) == len(others) and all(a is b for a, b in zip(values, others))
+
+
 def tensors_of(values: list) -> list[torch.Tensor]:
     """The tensors among run-time values, each sequence's elements included."""
     return [t for x in values for t in (x if isinstance(x, list) else [x])]
@@ -85,6 +89,12 @@ class Program:
         # whose runtime checks inputs for NaN (all_finite) and pins the OpenMP workers (model.py):
         # any partition's library holds it
         self.runtime = next(iter(self.native.values())).library if self.native else None
+        # the one native partition that is the whole program, reading the graph's inputs and
+        # writing its outputs in their order: a call runs it alone (model.py), or None
+        parts = plan.partitions
+        self.whole = (self.native[parts[0].index] if len(parts) == 1 and parts[0].target == "native"
+                      and _same(parts[0].inputs, graph.inputs) and _same(parts[0].outputs, graph.outputs)
+                      else None)
 
     def _filename(self, name: str) -> str:
         model = "".join(c if c.isprintable() else "?" for c in self.graph.name)   # no NUL for compile()

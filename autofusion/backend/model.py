@@ -188,6 +188,9 @@ class CompiledModel:
 
     def _execute(self, arrays: list[Array]) -> tuple[list[Array], bool]:
         if self._all_plain(arrays):
+            outs = self._one_call(arrays)
+            if outs is not None:
+                return list(outs), False
             tensors, as_numpy, program = arrays, False, self.program
         else:
             as_numpy = not any(isinstance(a, torch.Tensor) for x in arrays
@@ -217,13 +220,28 @@ class CompiledModel:
             return [_each(to_numpy, t) for t in outs], True
         return list(outs), False
 
+    def _one_call(self, tensors: list[torch.Tensor]) -> tuple[torch.Tensor, ...] | None:
+        """Plain inputs to a program that is one native partition: one C call that also checks
+        the inputs for NaN and holds the caller's CPU (the same work from Python cost ~70 µs,
+        its code out of cache after the kernels); None where the program is not such a one, is
+        being profiled, or an input holds NaN or an infinity (the general path takes those)."""
+        program = self.program
+        whole = program.whole
+        if whole is None or program.step_times is not None:
+            return None
+        self._use_threads()
+        cpus = affinity.pin_workers(whole.library, torch.get_num_threads())
+        return whole.run_checked(tensors, bool(program.plan.nan_clamping), -1 if cpus is None else cpus[0])
+
     def _all_plain(self, arrays: list[Array]) -> bool:
-        """Whether there are inputs and every one is a torch tensor of its static shape and dtype,
-        for the unspecialised program: nothing more to check (no inputs: numpy out)."""
+        """Whether there are inputs and every one is a dense torch tensor of its static shape and
+        dtype, for the unspecialised program: nothing more to check (no inputs: numpy out)."""
         if self._plain_inputs is None or not arrays:
             return False
-        return all(type(a) is torch.Tensor and a.dtype == dtype and a.shape == shape
-                   for a, (dtype, shape) in zip(arrays, self._plain_inputs))
+        for a, (dtype, shape) in zip(arrays, self._plain_inputs):
+            if type(a) is not torch.Tensor or a.dtype != dtype or a.shape != shape or not a.is_contiguous():
+                return False
+        return True
 
     def _check_input(self, v: Value, a: Array) -> torch.Tensor | list[torch.Tensor]:
         if v.sequence is not None:   # a list of arrays, each checked as its elements are typed

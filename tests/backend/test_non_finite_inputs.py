@@ -24,15 +24,17 @@ def conv_relu_model():
 
 @pytest.mark.skipif(native.unavailable() is not None, reason="the guard is for oneDNN's kernels")
 @pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
-def test_a_non_finite_input_gives_onnx_runtimes_answer(value):
+@pytest.mark.parametrize("array", [np.asarray, torch.from_numpy])   # torch: the one C call checks
+def test_a_non_finite_input_gives_onnx_runtimes_answer(value, array):
     model = conv_relu_model()
     compiled = autofusion.compile(model, backend="native")
     assert len(compiled.plan.nan_clamping) == 1     # the fused Conv+ReLU
+    assert compiled.program.whole is not None       # one native partition: the runtime checks
     assert "NaN or an infinity runs on PyTorch" in compiled.report.backend
     x = np.random.default_rng(1).standard_normal((1, 3, 8, 8)).astype(np.float32)
     x[0, 0, 2, 3] = value
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    got = compiled(x)
+    got = np.asarray(compiled(array(x)))
     assert not np.isfinite(want).all()     # the value reaches the output
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
@@ -66,3 +68,9 @@ def test_the_check_finds_each_non_finite_value_and_only_those():
             assert not program.all_finite([x]), (value, at)
             assert not program.all_finite([x.double()]) and not program.all_finite([x[::2 if at % 2 == 0 else 1]])
     assert program.all_finite([big[::2].double() * 0])
+    many = torch.zeros(1 << 17)   # split over the OpenMP team
+    assert program.all_finite([many])
+    for at in (0, (1 << 16) - 1, 1 << 16, (1 << 17) - 1):
+        x = many.clone()
+        x[at] = np.nan
+        assert not program.all_finite([x]), at

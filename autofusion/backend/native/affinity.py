@@ -10,7 +10,8 @@ When: only where the team has a thread for every core the process may run on (it
 anyway, so pinning takes nothing from anyone), never where the user chose a binding
 (OMP_PROC_BIND, OMP_PLACES, GOMP_CPU_AFFINITY) or turned pinning off (AUTOFUSION_PIN_THREADS=0).
 The caller's thread is held on the one CPU no worker has for the length of a call only
-(hold_caller): left free, it may wake on a worker's CPU, and a pinned worker cannot move away.
+(hold_caller; inside the C call where the model's whole program is one native partition): left
+free, it may wake on a worker's CPU, and a pinned worker cannot move away.
 torch's operators share the pool (one libgomp), and gain too.
 """
 from __future__ import annotations

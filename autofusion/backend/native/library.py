@@ -21,6 +21,7 @@ from .emit import NativeSource
 
 _c = ctypes.c_void_p
 OUTPUT_BATCH, OUTPUT_BATCH_BYTES = 8, 1 << 20   # outputs made ahead: at most 8 calls', 1 MiB
+NOT_FINITE = 2   # af_run's answer where an input it was to check holds NaN or an infinity
 
 
 class NativeLibrary:
@@ -29,7 +30,7 @@ class NativeLibrary:
         lib.af_partition.restype, lib.af_partition.argtypes = _c, [ctypes.c_int]
         lib.af_build.restype, lib.af_build.argtypes = _c, [_c, ctypes.POINTER(_c)]
         lib.af_run.restype = ctypes.c_int
-        lib.af_run.argtypes = [_c, ctypes.POINTER(_c), ctypes.POINTER(_c)]
+        lib.af_run.argtypes = [_c, ctypes.POINTER(_c), ctypes.POINTER(_c), ctypes.c_int, ctypes.c_int]
         lib.af_free.restype, lib.af_free.argtypes = None, [_c]
         lib.af_error.restype = ctypes.c_char_p
         lib.af_arena_bytes.restype, lib.af_arena_bytes.argtypes = ctypes.c_size_t, [_c]
@@ -99,7 +100,13 @@ class NativePartition:
             if x.dtype != torch.float32 or x.shape != shape:   # the C++ trusts the plan's types
                 raise RuntimeError(f"native partition input {name!r} is {x.dtype}{list(x.shape)}, "
                                    f"the plan says float32{list(shape)}")
-        xs = [x.contiguous() for x in xs]
+        return self.run_checked([x.contiguous() for x in xs])
+
+    def run_checked(self, xs: list[torch.Tensor], check_finite: bool = False,
+                    hold_cpu: int = -1) -> tuple[torch.Tensor, ...] | None:
+        """Run on inputs already known to be dense float32 tensors of the plan's shapes.
+        check_finite: None, running nothing, where one holds NaN or an infinity; hold_cpu >= 0:
+        the calling thread runs on that CPU alone during the call (affinity.hold_caller)."""
         with self._lock:
             if not self._made:
                 self._made = [[torch.empty(s) for s in self.out_shapes] for _ in range(self._batch)]
@@ -108,7 +115,10 @@ class NativePartition:
                 self._in_ptrs[k] = x.data_ptr()
             for k, o in enumerate(outs):
                 self._out_ptrs[k] = o.data_ptr()
-            rc = self._run(self.handle, self._in_ptrs, self._out_ptrs)
+            rc = self._run(self.handle, self._in_ptrs, self._out_ptrs, check_finite, hold_cpu)
+            if rc == NOT_FINITE:
+                self._made.append(outs)
+                return None
         if rc:
             node, message = self._node_of(self.library.error())
             if node is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import threading
 
+import numpy as np
 import pytest
 import torch
 
@@ -79,3 +80,47 @@ def test_the_caller_is_held_on_the_cpu_no_worker_has_and_given_back_its_own():
         assert os.sched_getaffinity(0) == {cpus[0]}
     finally:
         os.sched_setaffinity(0, own)
+
+
+def products_model(n: int = 512, depth: int = 8) -> autofusion.CompiledModel:
+    """One native partition of `depth` n×n products: a call long enough to watch."""
+    g = Graph("products", {"": 21})
+    b = GraphBuilder(g)
+    y = g.add_input("x", (n, n), DType.FLOAT)
+    for k in range(depth):
+        y = b.MatMul(y, b.constant(np.eye(n, dtype=np.float32) * 0.5, f"w{k}"))
+    g.outputs = [y]
+    y.shape, y.dtype = (n, n), DType.FLOAT
+    return autofusion.compile(g, level=2, backend="native", threads=2)
+
+
+@pytest.mark.skipif(unavailable() is not None, reason=f"no native code: {unavailable()}")
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) != 2, reason="for a process with 2 CPUs")
+def test_a_one_call_model_holds_the_caller_inside_the_c_call_and_gives_its_set_back():
+    """The model is one native partition, so the runtime moves the caller itself (af_run): a
+    second thread, running while the C call has let go of the GIL, sees it on the CPU no worker
+    has, and after the call the caller has its own set back."""
+    m = products_model()
+    assert m.program.whole is not None
+    x = torch.ones(512, 512)
+    m(x)
+    want = affinity._pinned.get((threading.get_ident(), 2))
+    if want is None:
+        pytest.skip("the workers could not be pinned here")
+    own, tid, seen, done = os.sched_getaffinity(0), threading.get_native_id(), set(), threading.Event()
+
+    def watch():
+        while not done.is_set():
+            seen.add(frozenset(os.sched_getaffinity(tid)))
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        for _ in range(20):
+            m(x)
+    finally:
+        done.set()
+        watcher.join()
+    assert frozenset({want[0]}) in seen
+    assert os.sched_getaffinity(0) == own
+    np.testing.assert_allclose(m(x).numpy(), np.full((512, 512), 0.5 ** 8), rtol=1e-6)

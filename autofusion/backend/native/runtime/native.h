@@ -110,6 +110,8 @@ class Partition {
 
   void finalize();
   void run(void* const* inputs, void* const* outputs);
+  // whether no input (float32, by slot) holds NaN or an infinity
+  bool inputs_finite(void* const* inputs) const;
   size_t arena_bytes() const;
   std::string current_node() const;
   // profiling: on, every run adds each step's time (ns, its primitives and reorders) to its
@@ -130,7 +132,9 @@ using BuildFn = void (*)(Partition&);
 // The C entry points of the runtime library, called from Python.
 extern "C" {
 Partition* af_build(BuildFn fn, const void* const* constants);
-int af_run(Partition* p, void* const* inputs, void* const* outputs);
+// 0 done, 1 failed (af_error says why), 2 an input held NaN or ±inf where check_finite asked,
+// nothing run; hold_cpu >= 0: the calling thread runs on that CPU alone during the call
+int af_run(Partition* p, void* const* inputs, void* const* outputs, int check_finite, int hold_cpu);
 void af_free(Partition* p);
 const char* af_error();
 size_t af_arena_bytes(Partition* p);
