@@ -16,6 +16,7 @@
 // it dense (ensure(), dense()).
 #include "native.h"
 #include "channel_scale.h"
+#include "depthwise.h"
 #include "gated.h"
 #include "gemv.h"
 #include "layernorm.h"
@@ -674,6 +675,52 @@ struct Partition::Impl {
     return y;
   }
 
+  // act(conv(x, w) + b) for a 2-D depthwise convolution, x and y channels-last (depthwise.h), in
+  // place of oneDNN's primitive pd: where the step computes in bf16 (oneDNN 3.2 takes its older
+  // jit_dw kernel there; its f32 brdgmm_dw is faster than this loop), w is a constant [C, 1, k, k]
+  // of square taps, k and the stride are ones the loop has, the dilation is 1 and the post-ops are
+  // ones it computes. False, adding nothing, where not.
+  bool depthwise(int y, int x, int w, int b, const dnnl::convolution_forward::primitive_desc& pd,
+                 const Dims& strides, const Dims& dilations, const Dims& pad_begin, int64_t groups,
+                 const Acts& acts) {
+    const Dims in = val(x).shape, out = pd.dst_desc().get_dims(), ws = val(w).shape;
+    const Acts post = post_ops_of(acts);
+    const bool fits =
+        VECTORISED && compute == dt::bf16 && in.size() == 4 && groups == in[1] && groups == out[1] &&
+        val(w).kind == Kind::Constant && ws[1] == 1 && ws[2] == ws[3] && strides[0] == strides[1] &&
+        depthwise_kernel_exists(ws[2], strides[0]) && dilations[0] == 1 && dilations[1] == 1 &&
+        std::all_of(post.begin(), post.end(), depthwise_act) &&
+        pd.src_desc() == channels_last(in, pd.src_desc().get_data_type()) &&
+        pd.dst_desc() == channels_last(out, pd.dst_desc().get_data_type());
+    if (!fits) return false;
+    const int64_t k = ws[2], stride = strides[0], c = in[1];
+    // the weight as [k, k, C] f32: one vector of taps per channel block
+    const memory taps = constant_as(w, memory::desc({c, 1, k, k}, dt::f32, Dims{1, 1, k * c, c}));
+    memory bias(memory::desc({c}, dt::f32, tag::a), eng);
+    if (b >= 0) bias = constant_as(b, plain({c}));
+    else std::fill_n(static_cast<float*>(bias.get_data_handle()), c, 0.f);
+    const DepthwiseShape shape{in[0], c, in[2], in[3], out[2], out[3], pad_begin[0], pad_begin[1]};
+    const bool x_bf16 = pd.src_desc().get_data_type() == dt::bf16, y_bf16 = pd.dst_desc().get_data_type() == dt::bf16;
+    Exec own{dnnl::primitive(), {use(DNNL_ARG_SRC, x), owned(DNNL_ARG_WEIGHTS, taps), owned(DNNL_ARG_BIAS, bias),
+                                 use(DNNL_ARG_DST, y)}, {}, node, step};
+    own.own = [=](Exec& e) {
+      const void* xs = e.bound[DNNL_ARG_SRC].get_data_handle();
+      const float* wt = static_cast<const float*>(e.bound[DNNL_ARG_WEIGHTS].get_data_handle());
+      const float* bs = static_cast<const float*>(e.bound[DNNL_ARG_BIAS].get_data_handle());
+      void* ys = e.bound[DNNL_ARG_DST].get_data_handle();
+      auto run = [&](auto* x_typed) {
+        if (y_bf16) depthwise_for(k, stride, x_typed, wt, bs, post.data(), int(post.size()), static_cast<uint16_t*>(ys), shape);
+        else depthwise_for(k, stride, x_typed, wt, bs, post.data(), int(post.size()), static_cast<float*>(ys), shape);
+      };
+      if (x_bf16) run(static_cast<const uint16_t*>(xs));
+      else run(static_cast<const float*>(xs));
+    };
+    own.kernel = "runtime depthwise";
+    execs.push_back(std::move(own));
+    if (Alg gate = gate_after(acts); gate != Alg::None) gate_over_dst(gate);
+    return true;
+  }
+
   // dst = src's mean over its pixels per batch and channel, summed by the gate of the step that
   // wrote src as it writes (gated_summed_into), where that step has one and src's layout puts
   // channels innermost; false where not (the plan sees neither the layout oneDNN picks nor
@@ -1102,14 +1149,17 @@ void Partition::conv(int dst, int src, int w, int b, int residual, const Dims& s
   // a computed weight (a gate folded into it, rules/conv.py) is reordered on every call
   const bool computed = m.val(w).kind != Kind::Constant;
   if (computed && groups > 1) m.fail("a computed weight of a grouped convolution");
-  std::vector<Arg> args{Impl::use(DNNL_ARG_SRC, x),
-                        computed ? Impl::use(DNNL_ARG_WEIGHTS, m.ensure(w, pd.weights_desc()))
-                                 : Impl::owned(DNNL_ARG_WEIGHTS, m.constant_as(w, pd.weights_desc())),
-                        Impl::use(DNNL_ARG_DST, y)};
-  if (b >= 0) args.push_back(Impl::owned(DNNL_ARG_BIAS, m.constant_as(b, pd.bias_desc())));
-  if (residual >= 0 && !over_residual)
-    args.push_back(Impl::use(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, residual));
-  m.add(pd, dnnl::convolution_forward(pd), std::move(args), acts);
+  // the runtime's own depthwise loop where it fits (depthwise.h), else oneDNN's primitive
+  if (residual >= 0 || !m.depthwise(y, x, w, b, pd, strides, dilations, pad_begin, groups, acts)) {
+    std::vector<Arg> args{Impl::use(DNNL_ARG_SRC, x),
+                          computed ? Impl::use(DNNL_ARG_WEIGHTS, m.ensure(w, pd.weights_desc()))
+                                   : Impl::owned(DNNL_ARG_WEIGHTS, m.constant_as(w, pd.weights_desc())),
+                          Impl::use(DNNL_ARG_DST, y)};
+    if (b >= 0) args.push_back(Impl::owned(DNNL_ARG_BIAS, m.constant_as(b, pd.bias_desc())));
+    if (residual >= 0 && !over_residual)
+      args.push_back(Impl::use(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, residual));
+    m.add(pd, dnnl::convolution_forward(pd), std::move(args), acts);
+  }
   if (gate_in_f32) {   // the gate writes the bf16 result
     const int rounded = m.produce(dst, retyped(pd.dst_desc(), dt::bf16));
     m.execs.back().args.push_back(Impl::use(GATED_INTO, rounded));
