@@ -38,21 +38,34 @@ struct DepthwiseShape {
 };
 
 #if defined(__AVX512F__)
-// oneDNN's definitions of its eltwise algorithms (alpha, beta as its post-ops take them)
-inline __m512 act16(const Act& a, __m512 x) {
-  const __m512 alpha = _mm512_set1_ps(a.alpha), beta = _mm512_set1_ps(a.beta);
+// acts over B vectors, oneDNN's definitions of its eltwise algorithms (alpha, beta as its post-ops
+// take them): one dispatch per activation for all B, so the vectors stay in registers
+template <int B>
+inline void acts_over(const Act* acts, int n, __m512* v) {
   const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.f);
-  switch (a.alg) {
-    case Alg::Relu:
-      return _mm512_mask_mul_ps(x, _mm512_cmp_ps_mask(x, zero, _CMP_LT_OQ), x, alpha);
-    case Alg::Clip: return _mm512_min_ps(_mm512_max_ps(x, alpha), beta);
-    case Alg::HardSigmoid:
-      return _mm512_min_ps(_mm512_max_ps(_mm512_fmadd_ps(x, alpha, beta), zero), one);
-    case Alg::HardSwish:
-      return _mm512_mul_ps(x, _mm512_min_ps(_mm512_max_ps(_mm512_fmadd_ps(x, alpha, beta), zero), one));
-    case Alg::Linear: return _mm512_fmadd_ps(x, alpha, beta);
-    case Alg::Logistic: return sigmoid16(x);
-    default: return x;
+  for (int a = 0; a < n; ++a) {
+    const __m512 alpha = _mm512_set1_ps(acts[a].alpha), beta = _mm512_set1_ps(acts[a].beta);
+    auto each = [&](auto f) {
+#pragma GCC unroll 16
+      for (int b = 0; b < B; ++b) v[b] = f(v[b]);
+    };
+    switch (acts[a].alg) {
+      case Alg::Relu:
+        each([&](__m512 x) { return _mm512_mask_mul_ps(x, _mm512_cmp_ps_mask(x, zero, _CMP_LT_OQ), x, alpha); });
+        break;
+      case Alg::Clip: each([&](__m512 x) { return _mm512_min_ps(_mm512_max_ps(x, alpha), beta); }); break;
+      case Alg::HardSigmoid:
+        each([&](__m512 x) { return _mm512_min_ps(_mm512_max_ps(_mm512_fmadd_ps(x, alpha, beta), zero), one); });
+        break;
+      case Alg::HardSwish:
+        each([&](__m512 x) {
+          return _mm512_mul_ps(x, _mm512_min_ps(_mm512_max_ps(_mm512_fmadd_ps(x, alpha, beta), zero), one));
+        });
+        break;
+      case Alg::Linear: each([&](__m512 x) { return _mm512_fmadd_ps(x, alpha, beta); }); break;
+      case Alg::Logistic: each([&](__m512 x) { return sigmoid16(x); }); break;
+      default: break;
+    }
   }
 }
 
@@ -81,13 +94,10 @@ inline void depthwise_block(const In* x, const float* w, __m512 bias, const Act*
           acc[(t - j) / S] = _mm512_fmadd_ps(v, wv[j], acc[(t - j) / S]);
     }
   }
+  acts_over<B>(acts, n_acts, acc);
 #pragma GCC unroll 16
-  for (int b = 0; b < B; ++b) {
-    if (checked && b >= nb) break;
-    __m512 v = acc[b];
-    for (int a = 0; a < n_acts; ++a) v = act16(acts[a], v);
-    store16(y + int64_t(b) * pixel, v, m);
-  }
+  for (int b = 0; b < B; ++b)
+    if (!checked || b < nb) store16(y + int64_t(b) * pixel, acc[b], m);
 }
 
 // y[n, oh, ow, c] = acts(bias[c] + Σ_ij x[n, oh·S - pad_top + i, ow·S - pad_left + j, c]·w[i, j, c]),
