@@ -107,25 +107,32 @@ void depthwise(const In* x, const float* w, const float* bias, const Act* acts, 
                const DepthwiseShape& s) {
   constexpr int B = 8;
   const int64_t C = s.channels, blocks = (C + 15) / 16, rows = s.batches * s.out_height;
-#pragma omp parallel for schedule(static) collapse(2)
+  const int64_t spans = (s.out_width + B - 1) / B;
+  // the work is rows x spans of B outputs x chunks of channel blocks: every channel of a span
+  // before the next span (its input window and output pixels stay in L1), the channels cut
+  // into chunks only where too few spans would leave threads idle (7x7, 960 channels)
+  const int64_t chunks = std::clamp<int64_t>(16 * omp_get_max_threads() / (rows * spans), 1, blocks);
+#pragma omp parallel for schedule(static) collapse(3)
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t cb = 0; cb < blocks; ++cb) {
-      const int64_t n = r / s.out_height, oh = r % s.out_height, c = cb * 16;
-      const __mmask16 m = C - c >= 16 ? __mmask16(0xffff) : first(C - c);
-      const __m512 b = load16(bias + c, m);
-      const int64_t ih0 = oh * S - s.pad_top;
-      const int i_lo = int(std::max<int64_t>(0, -ih0)), i_hi = int(std::min<int64_t>(K, s.height - ih0));
-      const In* xs = x + ((n * s.height + ih0) * s.width) * C + c;
-      Out* ys = y + (r * s.out_width) * C + c;
-      for (int64_t ow = 0; ow < s.out_width; ow += B) {
-        const int64_t iw0 = ow * S - s.pad_left;
+    for (int64_t sp = 0; sp < spans; ++sp)
+      for (int64_t ch = 0; ch < chunks; ++ch) {
+        const int64_t n = r / s.out_height, oh = r % s.out_height, ow = sp * B;
+        const int64_t ih0 = oh * S - s.pad_top, iw0 = ow * S - s.pad_left;
+        const int i_lo = int(std::max<int64_t>(0, -ih0)), i_hi = int(std::min<int64_t>(K, s.height - ih0));
         const int nb = int(std::min<int64_t>(B, s.out_width - ow));
-        if (nb == B && iw0 >= 0 && iw0 + (B - 1) * S + K <= s.width)
-          depthwise_block<K, S, B, false>(xs, w + c, b, acts, n_acts, ys + ow * C, s.width, C, i_lo, i_hi, iw0, nb, m);
-        else
-          depthwise_block<K, S, B, true>(xs, w + c, b, acts, n_acts, ys + ow * C, s.width, C, i_lo, i_hi, iw0, nb, m);
+        const bool inside = nb == B && iw0 >= 0 && iw0 + (B - 1) * S + K <= s.width;
+        const In* xs = x + (n * s.height + ih0) * s.width * C;
+        Out* ys = y + (r * s.out_width + ow) * C;
+        for (int64_t cb = ch * blocks / chunks; cb < (ch + 1) * blocks / chunks; ++cb) {
+          const int64_t c = cb * 16;
+          const __mmask16 m = C - c >= 16 ? __mmask16(0xffff) : first(C - c);
+          const __m512 b = load16(bias + c, m);
+          if (inside)
+            depthwise_block<K, S, B, false>(xs + c, w + c, b, acts, n_acts, ys + c, s.width, C, i_lo, i_hi, iw0, nb, m);
+          else
+            depthwise_block<K, S, B, true>(xs + c, w + c, b, acts, n_acts, ys + c, s.width, C, i_lo, i_hi, iw0, nb, m);
+        }
       }
-    }
 }
 
 // the kernel for (k, stride), or false where this loop has none
