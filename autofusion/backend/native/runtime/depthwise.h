@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "native.h"
 #include "vector.h"
@@ -69,9 +70,18 @@ inline void acts_over(const Act* acts, int n, __m512* v) {
   }
 }
 
+// 16 channels, all of them (full: plain loads and stores) or those of mask m
+template <bool full, class T>
+inline __m512 load_channels(const T* p, __mmask16 m) { return full ? load16(p) : load16(p, m); }
+template <bool full, class T>
+inline void store_channels(T* p, __m512 x, __mmask16 m) {
+  if (full) store16(p, x);
+  else store16(p, x, m);
+}
+
 // B outputs of one row, starting at input column iw0 (checked: some of the window's columns are
 // outside [0, width) and only the first nb outputs exist)
-template <int K, int S, int B, bool checked, class In, class Out>
+template <int K, int S, int B, bool checked, bool full, class In, class Out>
 inline void depthwise_block(const In* x, const float* w, __m512 bias, const Act* acts, int n_acts,
                             Out* y, int64_t width, int64_t pixel, int i_lo, int i_hi, int64_t iw0,
                             int nb, __mmask16 m) {
@@ -83,11 +93,11 @@ inline void depthwise_block(const In* x, const float* w, __m512 bias, const Act*
     const In* row = x + (int64_t(i) * width + iw0) * pixel;
     __m512 wv[K];
 #pragma GCC unroll 8
-    for (int j = 0; j < K; ++j) wv[j] = load16(w + (i * K + j) * pixel, m);
+    for (int j = 0; j < K; ++j) wv[j] = load_channels<full>(w + (i * K + j) * pixel, m);
 #pragma GCC unroll 64
     for (int t = 0; t < T; ++t) {
       const bool inside = !checked || (iw0 + t >= 0 && iw0 + t < width);
-      const __m512 v = inside ? load16(row + int64_t(t) * pixel, m) : _mm512_setzero_ps();
+      const __m512 v = inside ? load_channels<full>(row + int64_t(t) * pixel, m) : _mm512_setzero_ps();
 #pragma GCC unroll 8
       for (int j = 0; j < K; ++j)
         if ((t - j) % S == 0 && t >= j && (t - j) / S < B)
@@ -97,7 +107,7 @@ inline void depthwise_block(const In* x, const float* w, __m512 bias, const Act*
   acts_over<B>(acts, n_acts, acc);
 #pragma GCC unroll 16
   for (int b = 0; b < B; ++b)
-    if (!checked || b < nb) store16(y + int64_t(b) * pixel, acc[b], m);
+    if (!checked || b < nb) store_channels<full>(y + int64_t(b) * pixel, acc[b], m);
 }
 
 // y[n, oh, ow, c] = acts(bias[c] + Σ_ij x[n, oh·S - pad_top + i, ow·S - pad_left + j, c]·w[i, j, c]),
@@ -127,10 +137,14 @@ void depthwise(const In* x, const float* w, const float* bias, const Act* acts, 
           const int64_t c = cb * 16;
           const __mmask16 m = C - c >= 16 ? __mmask16(0xffff) : first(C - c);
           const __m512 b = load16(bias + c, m);
-          if (inside)
-            depthwise_block<K, S, B, false>(xs + c, w + c, b, acts, n_acts, ys + c, s.width, C, i_lo, i_hi, iw0, nb, m);
-          else
-            depthwise_block<K, S, B, true>(xs + c, w + c, b, acts, n_acts, ys + c, s.width, C, i_lo, i_hi, iw0, nb, m);
+          auto block = [&](auto checked, auto full) {
+            depthwise_block<K, S, B, decltype(checked)::value, decltype(full)::value>(
+                xs + c, w + c, b, acts, n_acts, ys + c, s.width, C, i_lo, i_hi, iw0, nb, m);
+          };
+          using yes = std::true_type;
+          using no = std::false_type;
+          if (m == 0xffff) inside ? block(no(), yes()) : block(yes(), yes());
+          else inside ? block(no(), no()) : block(yes(), no());
         }
       }
 }
