@@ -9,8 +9,9 @@ flags and oneDNN) and runs it with the given threads:
                       calls oneDNN once per convolution can beat it (the default)
     gate_cost         a squeeze-excitation gate over the activation against over the weight and
                       its reorder: the cost ratio behind ConvGateFusionOp's GATED_WEIGHT_COST
-    dw_bf16           oneDNN's bf16 depthwise convolution against a first plain C++ kernel
-                      (not in the runtime: the starting point for one)
+    depthwise_cost    oneDNN's bf16 depthwise convolutions (MobileNetV3-L's and EfficientNet-B4's)
+                      against the runtime's own loop (runtime/depthwise.h), with the difference
+                      between their results
     activation_cost   oneDNN's depthwise and 1x1 convolutions with swish as a post-op, and
                       matrix products with GELU, against without it and without it followed by
                       the runtime's own (runtime/gated.h): what oneDNN's SiLU and GELU cost

@@ -33,3 +33,9 @@ struct Depthwise { int channels, size, k, stride; };
 inline const std::vector<Depthwise> EFFICIENTNET_B4_DEPTHWISE = {
     {48, 190, 3, 1}, {144, 190, 3, 2}, {192, 95, 3, 1}, {192, 95, 5, 2}, {336, 48, 5, 1}, {336, 48, 3, 2},
     {672, 24, 3, 1}, {672, 24, 5, 1}, {960, 24, 5, 2}, {1632, 12, 5, 1}, {1632, 12, 3, 1}};
+
+// MobileNetV3-L's fifteen, in order (the 14x14 3x3 of 184 channels twice)
+inline const std::vector<Depthwise> MOBILENET_V3_LARGE_DEPTHWISE = {
+    {16, 112, 3, 1}, {64, 112, 3, 2}, {72, 56, 3, 1}, {72, 56, 5, 2}, {120, 28, 5, 1}, {120, 28, 5, 1},
+    {240, 28, 3, 2}, {200, 14, 3, 1}, {184, 14, 3, 1}, {184, 14, 3, 1}, {480, 14, 3, 1}, {672, 14, 3, 1},
+    {672, 14, 5, 2}, {960, 7, 5, 1}, {960, 7, 5, 1}};

@@ -1,7 +1,7 @@
 // A 2-D depthwise convolution (one input channel per output channel, K×K taps, stride S, no
 // dilation) over channels-last values, f32 or bf16 in and out, with its bias and post-ops; the
 // runtime's own loop where a bf16 step would get oneDNN 3.2's older depthwise kernel (jit_dw),
-// which is 1.0-2.1x slower than this one over MobileNetV3-L's fifteen depthwise shapes here
+// which takes 1.36x this one's time over MobileNetV3-L's fifteen depthwise shapes here
 // (Sapphire Rapids, 2 threads, bf16 in and out: `python -m benchmarks.conv_floor --program
 // depthwise_cost`).
 //
@@ -79,10 +79,11 @@ inline void store_channels(T* p, __m512 x, __mmask16 m) {
   else store16(p, x, m);
 }
 
-// B outputs of one row, starting at input column iw0 (checked: some of the window's columns are
-// outside [0, width) and only the first nb outputs exist)
+// B outputs of one row, whose window's top left input pixel is `at` pixels from x (checked: some
+// of the window's columns, at column iw0 on, are outside [0, width), and only the first nb
+// outputs exist); addresses are formed only for pixels inside the image
 template <int K, int S, int B, bool checked, bool full, class In, class Out>
-inline void depthwise_block(const In* x, const float* w, __m512 bias, const Act* acts, int n_acts,
+inline void depthwise_block(const In* x, int64_t at, const float* w, __m512 bias, const Act* acts, int n_acts,
                             Out* y, int64_t width, int64_t pixel, int i_lo, int i_hi, int64_t iw0,
                             int nb, __mmask16 m) {
   constexpr int T = (B - 1) * S + K;
@@ -90,14 +91,14 @@ inline void depthwise_block(const In* x, const float* w, __m512 bias, const Act*
 #pragma GCC unroll 16
   for (int b = 0; b < B; ++b) acc[b] = bias;
   for (int i = i_lo; i < i_hi; ++i) {
-    const In* row = x + (int64_t(i) * width + iw0) * pixel;
+    const int64_t row = at + int64_t(i) * width;
     __m512 wv[K];
 #pragma GCC unroll 8
     for (int j = 0; j < K; ++j) wv[j] = load_channels<full>(w + (i * K + j) * pixel, m);
 #pragma GCC unroll 64
     for (int t = 0; t < T; ++t) {
       const bool inside = !checked || (iw0 + t >= 0 && iw0 + t < width);
-      const __m512 v = inside ? load_channels<full>(row + int64_t(t) * pixel, m) : _mm512_setzero_ps();
+      const __m512 v = inside ? load_channels<full>(x + (row + t) * pixel, m) : _mm512_setzero_ps();
 #pragma GCC unroll 8
       for (int j = 0; j < K; ++j)
         if ((t - j) % S == 0 && t >= j && (t - j) / S < B)
@@ -131,7 +132,7 @@ void depthwise(const In* x, const float* w, const float* bias, const Act* acts, 
         const int i_lo = int(std::max<int64_t>(0, -ih0)), i_hi = int(std::min<int64_t>(K, s.height - ih0));
         const int nb = int(std::min<int64_t>(B, s.out_width - ow));
         const bool inside = nb == B && iw0 >= 0 && iw0 + (B - 1) * S + K <= s.width;
-        const In* xs = x + (n * s.height + ih0) * s.width * C;
+        const int64_t at = (n * s.height + ih0) * s.width + iw0;
         Out* ys = y + (r * s.out_width + ow) * C;
         for (int64_t cb = ch * blocks / chunks; cb < (ch + 1) * blocks / chunks; ++cb) {
           const int64_t c = cb * 16;
@@ -139,7 +140,7 @@ void depthwise(const In* x, const float* w, const float* bias, const Act* acts, 
           const __m512 b = load16(bias + c, m);
           auto block = [&](auto checked, auto full) {
             depthwise_block<K, S, B, decltype(checked)::value, decltype(full)::value>(
-                xs + c, w + c, b, acts, n_acts, ys + c, s.width, C, i_lo, i_hi, iw0, nb, m);
+                x + c, at, w + c, b, acts, n_acts, ys + c, s.width, C, i_lo, i_hi, iw0, nb, m);
           };
           using yes = std::true_type;
           using no = std::false_type;

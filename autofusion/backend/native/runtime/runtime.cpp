@@ -676,18 +676,19 @@ struct Partition::Impl {
   }
 
   // act(conv(x, w) + b) for a 2-D depthwise convolution, x and y channels-last (depthwise.h), in
-  // place of oneDNN's primitive pd: where the step computes in bf16 (oneDNN 3.2 takes its older
-  // jit_dw kernel there; its f32 brdgmm_dw is faster than this loop), w is a constant [C, 1, k, k]
-  // of square taps, k and the stride are ones the loop has, the dilation is 1 and the post-ops are
-  // ones it computes. False, adding nothing, where not.
+  // place of oneDNN's primitive pd: where pd is oneDNN 3.2's older jit_dw kernel in a bf16 step
+  // (what it has for a bf16 result; for an f32 one, and in fp32, its brdgmm_dw is faster than
+  // this loop: `python -m benchmarks.conv_floor --program depthwise_cost`), w is a constant
+  // [C, 1, k, k] of square taps, k and the stride are ones the loop has, the dilation is 1 and the
+  // post-ops are ones it computes. False, adding nothing, where not.
   bool depthwise(int y, int x, int w, int b, const dnnl::convolution_forward::primitive_desc& pd,
                  const Dims& strides, const Dims& dilations, const Dims& pad_begin, int64_t groups,
                  const Acts& acts) {
     const Dims in = val(x).shape, out = pd.dst_desc().get_dims(), ws = val(w).shape;
     const Acts post = post_ops_of(acts);
     const bool fits =
-        VECTORISED && compute == dt::bf16 && in.size() == 4 && groups == in[1] && groups == out[1] &&
-        val(w).kind == Kind::Constant && ws[1] == 1 && ws[2] == ws[3] && strides[0] == strides[1] &&
+        VECTORISED && compute == dt::bf16 && std::string(pd.impl_info_str()).rfind("jit_dw", 0) == 0 &&
+        in.size() == 4 && groups == in[1] && groups == out[1] && val(w).kind == Kind::Constant && ws[1] == 1 && ws[2] == ws[3] && strides[0] == strides[1] &&
         depthwise_kernel_exists(ws[2], strides[0]) && dilations[0] == 1 && dilations[1] == 1 &&
         std::all_of(post.begin(), post.end(), depthwise_act) &&
         pd.src_desc() == channels_last(in, pd.src_desc().get_data_type()) &&
