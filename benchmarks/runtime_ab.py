@@ -9,7 +9,8 @@ runtime sources of `--rev` (from git, into a temporary directory: the build cach
 sources, so each gets its own library), and times the two alternating in blocks (timing.py).
 The model's generated code is the working tree's either way: the revision's native.h must
 declare the calls it makes (the build fails otherwise).
-Prints both medians, their ratio and how far the outputs differ. Inputs (static shapes only):
+Prints both medians, their ratio, the median of the two blocks' ratios round by round (robust to
+the host's slow and fast phases) and how far the outputs differ. Inputs (static shapes only):
 seeded standard-normal floats, integers below 100 (token ids), ones for an integer "mask".
 """
 from __future__ import annotations
@@ -94,6 +95,11 @@ def main(argv=None) -> None:
         print(f"  runtime at {name:14s} median {s.median_ms:8.2f} ms (p10 {s.p10_ms:.2f}, p90 {s.p90_ms:.2f})")
     base, new = (medians[n].median_ms for n in models)
     print(f"  {args.rev} / working tree: {base / new:.3f}x")
+    # each round's two blocks run seconds apart, in the same phase of the host: the median of
+    # their ratios cancels the phases that pooled medians mix (p10 and p90 2x apart here)
+    a, b = (np.median(np.reshape(timings.samples[n], (args.rounds, args.block)), axis=1) for n in models)
+    lo, mid, hi = np.percentile(a / b, [25, 50, 75])
+    print(f"  paired by round: {mid:.3f}x (quartiles {lo:.3f}-{hi:.3f})")
 
 
 if __name__ == "__main__":
