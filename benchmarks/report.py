@@ -8,12 +8,14 @@ The results dict (also the JSON):
     models:    {model: {status: ok|skipped|error, message?, onnx, export_s, inputs,
                         systems: {system: {label, peer, precision,
                                            status: ok|wrong|error|skipped|not run,
-                                           median_ms, p10_ms, p90_ms, runs, compile_s,
-                                           max_rel_diff, error, info}}}}
-Ratios are speedups (>1: level 2 is faster): "L2 vs L0" = L0 median / L2 median; "L2 vs best
-peer" = the fastest correct fp32 peer's median / L2 median (a bf16 peer is shown, never the
-yardstick: it does less work per value than autofusion's fp32); "L2 bf16 vs OpenVINO bf16" =
-OpenVINO's default (bf16 on these CPUs) median / autofusion L2 bf16 median: bf16 against bf16.
+                                           median_ms, p10_ms, p90_ms, runs, round_ms,
+                                           compile_s, max_rel_diff, error, info}}}}
+Ratios are speedups (>1: level 2 is faster): "L2 vs L0" = L0 / L2; "L2 vs best peer" = the
+fastest correct fp32 peer (by median) / L2 (a bf16 peer is shown, never the yardstick: it does
+less work per value than autofusion's fp32); "L2 bf16 vs OpenVINO bf16" = OpenVINO's default
+(bf16 on these CPUs) / autofusion L2 bf16: bf16 against bf16. Each is the median over rounds of
+the two systems' block medians in that round (round_ms: timing.paired_ratio), which cancels the
+host's slow and fast phases; of the pooled medians where a result has no rounds.
 """
 from __future__ import annotations
 
@@ -21,6 +23,8 @@ import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
+
+from .timing import paired_ratio
 
 L0, L2, L2_BF16 = "autofusion-L0", "autofusion-L2", "autofusion-L2-bf16"
 OPENVINO_BF16 = "openvino"
@@ -33,29 +37,40 @@ def _median(model: dict, system: str) -> float | None:
     return r["median_ms"] if r and r["status"] == "ok" else None
 
 
+def _speedup(model: dict, baseline: str, system: str) -> float | None:
+    """baseline's time / system's, round by round where both have their rounds' medians
+    (timing.paired_ratio), else of their pooled medians."""
+    slow, fast = _median(model, baseline), _median(model, system)
+    if not (slow and fast):
+        return None
+    rounds = [model["systems"][n].get("round_ms") for n in (baseline, system)]
+    if all(rounds) and len(rounds[0]) == len(rounds[1]):
+        return paired_ratio(*rounds)
+    return slow / fast
+
+
 def speedup_l2_vs_l0(model: dict) -> float | None:
-    l0, l2 = _median(model, L0), _median(model, L2)
-    return l0 / l2 if l0 and l2 else None
+    return _speedup(model, L0, L2)
 
 
-def best_peer(model: dict) -> tuple[str, float] | None:
-    """(label, median ms) of the fastest fp32 peer whose outputs were right."""
-    timed = [(r["median_ms"], r["label"]) for r in model.get("systems", {}).values()
+def best_peer(model: dict) -> tuple[str, str, float] | None:
+    """(system, label, median ms) of the fastest fp32 peer whose outputs were right."""
+    timed = [(r["median_ms"], name, r["label"]) for name, r in model.get("systems", {}).items()
              if r["peer"] and r.get("precision", "fp32") == "fp32" and r["status"] == "ok"]
     if not timed:
         return None
-    ms, label = min(timed)
-    return label, ms
+    ms, name, label = min(timed)
+    return name, label, ms
 
 
 def speedup_l2_vs_best_peer(model: dict) -> tuple[float, str] | None:
-    l2, peer = _median(model, L2), best_peer(model)
-    return (peer[1] / l2, peer[0]) if l2 and peer else None
+    peer = best_peer(model)
+    ratio = peer and _speedup(model, peer[0], L2)
+    return (ratio, peer[1]) if ratio else None
 
 
 def speedup_bf16_vs_openvino(model: dict) -> float | None:
-    ours, theirs = _median(model, L2_BF16), _median(model, OPENVINO_BF16)
-    return theirs / ours if ours and theirs else None
+    return _speedup(model, OPENVINO_BF16, L2_BF16)
 
 
 # ---- JSON ----------------------------------------------------------------------------------

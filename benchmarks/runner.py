@@ -166,13 +166,14 @@ def time_systems(ready: dict[str, System], model: str, results: dict[str, dict],
         if name in timings.errors:
             _fail(results[name], "error", timings.errors[name], model, ready[name], progress)
         elif samples:
-            results[name].update(status="ok", **vars(timing.summarize(samples)))
+            results[name].update(status="ok", **vars(timing.summarize(samples)),
+                                 round_ms=timing.round_medians(samples, settings.block))
 
 
 def _empty_result(system: System) -> dict:
     return {"label": system.label, "peer": system.peer, "precision": system.precision,
             "status": "not run", "median_ms": None, "p10_ms": None, "p90_ms": None, "runs": 0,
-            "compile_s": None, "max_rel_diff": None, "error": None, "info": {}}
+            "round_ms": None, "compile_s": None, "max_rel_diff": None, "error": None, "info": {}}
 
 
 def _fail(result: dict, status: str, message: str, model: str, system: System,

@@ -26,7 +26,7 @@ import onnx
 import autofusion
 from autofusion.backend.native import build
 
-from .timing import summarize, time_in_blocks
+from .timing import paired_ratio, round_medians, summarize, time_in_blocks
 
 
 def runtime_at(rev: str, into: Path) -> Path:
@@ -95,11 +95,7 @@ def main(argv=None) -> None:
         print(f"  runtime at {name:14s} median {s.median_ms:8.2f} ms (p10 {s.p10_ms:.2f}, p90 {s.p90_ms:.2f})")
     base, new = (medians[n].median_ms for n in models)
     print(f"  {args.rev} / working tree: {base / new:.3f}x")
-    # each round's two blocks run seconds apart, in the same phase of the host: the median of
-    # their ratios cancels the phases that pooled medians mix (p10 and p90 2x apart here)
-    a, b = (np.median(np.reshape(timings.samples[n], (args.rounds, args.block)), axis=1) for n in models)
-    lo, mid, hi = np.percentile(a / b, [25, 50, 75])
-    print(f"  paired by round: {mid:.3f}x (quartiles {lo:.3f}-{hi:.3f})")
+    print(f"  paired by round: {paired_ratio(*(round_medians(timings.samples[n], args.block) for n in models)):.3f}x")
 
 
 if __name__ == "__main__":

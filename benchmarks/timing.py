@@ -7,8 +7,9 @@ sleeps `pause_s` (long enough for the spinning threads to park) before the next 
 
 Why rounds: the host has slow and fast phases of a few seconds. Spreading each system's samples
 over `rounds` rounds, all systems in every round, exposes them all to the same phases; the
-samples of all rounds are pooled per system. The order of systems rotates by one each round, so
-no system always follows the same neighbour or always goes first after the warm-up.
+samples of all rounds are pooled per system, and a ratio of two systems is taken round by round
+(paired_ratio). The order of systems rotates by one each round, so no system always follows the
+same neighbour or always goes first after the warm-up.
 """
 from __future__ import annotations
 
@@ -38,6 +39,19 @@ def summarize(seconds: list[float]) -> Summary:
     ms = np.asarray(seconds) * 1e3
     p10, median, p90 = np.percentile(ms, [10, 50, 90])
     return Summary(float(median), float(p10), float(p90), len(ms))
+
+
+def round_medians(seconds: list[float], block: int) -> list[float]:
+    """The median of each block of `block` consecutive runs, in ms: one per round."""
+    ms = np.asarray(seconds) * 1e3
+    return [float(np.median(ms[i:i + block])) for i in range(0, len(ms) - block + 1, block)]
+
+
+def paired_ratio(numerator: list[float], denominator: list[float]) -> float:
+    """The median over rounds of numerator / denominator, round by round: two systems' blocks of
+    one round run seconds apart, in the same phase of the host, so a phase that slows both
+    cancels (pooled medians mix phases, whose times differ up to 2x on some hosts)."""
+    return float(np.median(np.asarray(numerator) / np.asarray(denominator)))
 
 
 def time_in_blocks(runs: dict[str, Callable[[], object]], *, rounds: int, block: int,

@@ -57,3 +57,13 @@ def test_json_is_strict_even_with_infinite_differences(tmp_path):
     report.write_json(_results(), path)
     data = json.loads(path.read_text(), parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
     assert data["models"]["m"]["systems"]["inductor"]["max_rel_diff"] == "inf"
+
+
+def test_ratios_are_taken_round_by_round_where_the_rounds_are_known():
+    m = _results()["models"]["m"]
+    l0, l2 = m["systems"]["autofusion-L0"], m["systems"]["autofusion-L2"]
+    l0.update(median_ms=40.0, round_ms=[20.0, 40.0, 40.0])   # round 2 slower for L0 alone
+    l2.update(median_ms=10.0, round_ms=[10.0, 10.0, 20.0])
+    assert report.speedup_l2_vs_l0(m) == 2.0                 # the rounds' 2, 4, 2; not 40 / 10
+    l2["round_ms"] = [10.0, 10.0]                            # rounds that do not pair
+    assert report.speedup_l2_vs_l0(m) == 4.0                 # the medians'

@@ -1,5 +1,5 @@
 """The block-alternating timer's schedule (which system runs when), with stand-in systems."""
-from benchmarks.timing import summarize, time_in_blocks
+from benchmarks.timing import paired_ratio, round_medians, summarize, time_in_blocks
 
 
 def _recording(calls, name, fail_on_call=None):
@@ -32,3 +32,17 @@ def test_summary_is_median_and_percentiles_in_ms():
     s = summarize([0.001 * i for i in range(1, 12)])
     assert (s.median_ms, s.runs) == (6.0, 11)
     assert s.p10_ms == 2.0 and s.p90_ms == 10.0
+
+
+def test_round_medians_are_each_blocks_median_in_ms():
+    assert round_medians([0.001, 0.003, 0.002, 0.010, 0.030, 0.020], block=3) == [2.0, 20.0]
+
+
+def test_a_paired_ratio_cancels_the_hosts_phases():
+    """b is 1.25x faster than a in every round; the host turns 2x slower from round 3 on, and
+    in round 3 between a's block and b's. The pooled medians land in different phases (a's in
+    the slow one, b's in the fast one: 2.5x); the rounds' ratios say 1.25x but for round 3."""
+    a = [10.0, 10.0, 20.0, 20.0, 20.0]
+    b = [8.0, 8.0, 8.0, 16.0, 16.0]
+    assert summarize([x / 1e3 for x in a]).median_ms / summarize([x / 1e3 for x in b]).median_ms == 2.5
+    assert paired_ratio(a, b) == 1.25
