@@ -688,8 +688,9 @@ struct Partition::Impl {
     const Acts post = post_ops_of(acts);
     const bool fits =
         VECTORISED && compute == dt::bf16 && std::string(pd.impl_info_str()).rfind("jit_dw", 0) == 0 &&
-        in.size() == 4 && groups == in[1] && groups == out[1] && val(w).kind == Kind::Constant && ws[1] == 1 && ws[2] == ws[3] && strides[0] == strides[1] &&
-        depthwise_kernel_exists(ws[2], strides[0]) && dilations[0] == 1 && dilations[1] == 1 &&
+        in.size() == 4 && groups == in[1] && groups == out[1] && val(w).kind == Kind::Constant &&
+        ws[1] == 1 && ws[2] == ws[3] && strides[0] == strides[1] && depthwise_kernel_exists(ws[2], strides[0]) &&
+        dilations[0] == 1 && dilations[1] == 1 &&
         std::all_of(post.begin(), post.end(), depthwise_act) &&
         pd.src_desc() == channels_last(in, pd.src_desc().get_data_type()) &&
         pd.dst_desc() == channels_last(out, pd.dst_desc().get_data_type());
@@ -1150,7 +1151,7 @@ void Partition::conv(int dst, int src, int w, int b, int residual, const Dims& s
   // a computed weight (a gate folded into it, rules/conv.py) is reordered on every call
   const bool computed = m.val(w).kind != Kind::Constant;
   if (computed && groups > 1) m.fail("a computed weight of a grouped convolution");
-  // the runtime's own depthwise loop where it fits (depthwise.h), else oneDNN's primitive
+  // the runtime's own depthwise loop where it fits (depthwise.h; no residual), else oneDNN's primitive
   if (residual >= 0 || !m.depthwise(y, x, w, b, pd, strides, dilations, pad_begin, groups, acts)) {
     std::vector<Arg> args{Impl::use(DNNL_ARG_SRC, x),
                           computed ? Impl::use(DNNL_ARG_WEIGHTS, m.ensure(w, pd.weights_desc()))
