@@ -1,14 +1,15 @@
 // A 2-D depthwise convolution (one input channel per output channel, K×K taps, stride S, no
 // dilation) over channels-last values, f32 or bf16 in and out, with its bias and post-ops; the
 // runtime's own loop where a bf16 step would get oneDNN 3.2's older depthwise kernel (jit_dw),
-// which takes 1.36x this one's time over MobileNetV3-L's fifteen depthwise shapes here
+// which takes 1.36-1.55x this one's time over MobileNetV3-L's fifteen depthwise shapes here
 // (Sapphire Rapids, 2 threads, bf16 in and out: `python -m benchmarks.conv_floor --program
 // depthwise_cost`).
 //
 // Why it is fast: B outputs along a row are computed together (B independent FMA chains), and
 // each input column of their window is loaded and widened from bf16 once, then feeds every tap
 // that reads it: (B-1)·S+K loads per kernel row instead of B·K. Columns outside the image read
-// as zero, so the row's edges run the same code.
+// as zero, so the row's edges run the same code. Every channel of B outputs is done before the
+// next B (their input window stays in L1).
 #pragma once
 
 #include <omp.h>
@@ -32,6 +33,9 @@ inline bool depthwise_act(const Act& a) {
       return false;
   }
 }
+
+// the (taps, stride) pairs the loop is built for: X(K, S) for each
+#define AF_DEPTHWISE_KERNELS(X) X(3, 1) X(3, 2) X(5, 1) X(5, 2) X(7, 1) X(7, 2)
 
 struct DepthwiseShape {
   int64_t batches, channels, height, width, out_height, out_width;
@@ -154,16 +158,18 @@ void depthwise(const In* x, const float* w, const float* bias, const Act* acts, 
 template <class In, class Out>
 bool depthwise_for(int64_t k, int64_t stride, const In* x, const float* w, const float* bias,
                    const Act* acts, int n_acts, Out* y, const DepthwiseShape& s) {
-#define AF_DEPTHWISE(K, S) \
+#define AF_DEPTHWISE_CALL(K, S) \
   if (k == K && stride == S) return depthwise<K, S>(x, w, bias, acts, n_acts, y, s), true;
-  AF_DEPTHWISE(3, 1) AF_DEPTHWISE(3, 2) AF_DEPTHWISE(5, 1) AF_DEPTHWISE(5, 2) AF_DEPTHWISE(7, 1) AF_DEPTHWISE(7, 2)
-#undef AF_DEPTHWISE
+  AF_DEPTHWISE_KERNELS(AF_DEPTHWISE_CALL)
+#undef AF_DEPTHWISE_CALL
   return false;
 }
 #endif
 
 inline bool depthwise_kernel_exists(int64_t k, int64_t stride) {
-  return (k == 3 || k == 5 || k == 7) && (stride == 1 || stride == 2);
+#define AF_DEPTHWISE_HAS(K, S) || (k == K && stride == S)
+  return false AF_DEPTHWISE_KERNELS(AF_DEPTHWISE_HAS);
+#undef AF_DEPTHWISE_HAS
 }
 
 }  // namespace af
