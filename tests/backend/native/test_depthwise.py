@@ -59,8 +59,8 @@ def reference(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, stride: int, p
 
 
 def within_rounding(got: np.ndarray, want: np.ndarray) -> bool:
-    """got is want rounded to bf16 (half a unit in the last of bf16's 8 bits), give or take the
-    float64 reference's own rounding; in units of the largest output where want is near 0."""
+    """got is want rounded to bf16: within half a unit in bf16's last place (2^-8 of the value),
+    and 1e-6 of the largest output for the loop's f32 sums against float64's."""
     return bool((np.abs(got - want) <= 2.0 ** -8 * np.abs(want) + 1e-6 * np.abs(want).max()).all())
 
 
