@@ -119,13 +119,16 @@ memory::desc retyped(const memory::desc& md, dt type) {
   return plain(dims, type);
 }
 
-// strides without inner blocks: row-major, permuted (a transpose seen in place) or with gaps (a
-// block of a larger array)
-// oneDNN's reference implementation: what it picks where no fast kernel takes the problem
-bool is_reference(const dnnl::primitive_desc_base& pd) {
-  return std::string(pd.impl_info_str()).rfind("ref", 0) == 0;
+// whether oneDNN runs pd with the implementation family named `prefix` ("ref", "brg", "jit_dw")
+bool implemented_by(const dnnl::primitive_desc_base& pd, const char* prefix) {
+  return std::string(pd.impl_info_str()).rfind(prefix, 0) == 0;
 }
 
+// oneDNN's reference implementation: what it picks where no fast kernel takes the problem
+bool is_reference(const dnnl::primitive_desc_base& pd) { return implemented_by(pd, "ref"); }
+
+// strides without inner blocks: row-major, permuted (a transpose seen in place) or with gaps (a
+// block of a larger array)
 bool strided(const memory::desc& md) {
   return md.get_format_kind() == memory::format_kind::blocked && md.get_inner_nblks() == 0;
 }
@@ -687,7 +690,7 @@ struct Partition::Impl {
     const Dims in = val(x).shape, out = pd.dst_desc().get_dims(), ws = val(w).shape;
     const Acts post = post_ops_of(acts);
     const bool fits =
-        VECTORISED && compute == dt::bf16 && std::string(pd.impl_info_str()).rfind("jit_dw", 0) == 0 &&
+        VECTORISED && compute == dt::bf16 && implemented_by(pd, "jit_dw") &&
         in.size() == 4 && groups == in[1] && groups == out[1] && val(w).kind == Kind::Constant &&
         ws[1] == 1 && ws[2] == ws[3] && strides[0] == strides[1] && depthwise_kernel_exists(ws[2], strides[0]) &&
         dilations[0] == 1 && dilations[1] == 1 &&
@@ -698,9 +701,8 @@ struct Partition::Impl {
     const int64_t k = ws[2], stride = strides[0], c = in[1];
     // the weight as [k, k, C] f32: one vector of taps per channel block
     const memory taps = constant_as(w, memory::desc({c, 1, k, k}, dt::f32, Dims{1, 1, k * c, c}));
-    memory bias(memory::desc({c}, dt::f32, tag::a), eng);
-    if (b >= 0) bias = constant_as(b, plain({c}));
-    else std::fill_n(static_cast<float*>(bias.get_data_handle()), c, 0.f);
+    memory bias = b >= 0 ? constant_as(b, plain({c})) : memory(plain({c}), eng);
+    if (b < 0) std::fill_n(static_cast<float*>(bias.get_data_handle()), c, 0.f);
     const DepthwiseShape shape{in[0], c, in[2], in[3], out[2], out[3], pad_begin[0], pad_begin[1]};
     const bool x_bf16 = pd.src_desc().get_data_type() == dt::bf16, y_bf16 = pd.dst_desc().get_data_type() == dt::bf16;
     Exec own{dnnl::primitive(), {use(DNNL_ARG_SRC, x), owned(DNNL_ARG_WEIGHTS, taps), owned(DNNL_ARG_BIAS, bias),
@@ -1507,7 +1509,7 @@ static std::optional<dnnl::matmul::primitive_desc> strided_matmul(
     const dnnl::primitive_attr& attr) {
   try {
     dnnl::matmul::primitive_desc pd(eng, a, b, c, attr);
-    if (std::string(pd.impl_info_str()).rfind("brg", 0) != 0) return std::nullopt;
+    if (!implemented_by(pd, "brg")) return std::nullopt;
     return pd;
   } catch (const dnnl::error&) {
     return std::nullopt;
