@@ -133,6 +133,16 @@ bool strided(const memory::desc& md) {
   return md.get_format_kind() == memory::format_kind::blocked && md.get_inner_nblks() == 0;
 }
 
+// the next of the indices `at` over the leading at.size() axes of dims, row-major: false after
+// the last
+bool next_index(Dims& at, const Dims& dims) {
+  for (size_t i = at.size(); i-- > 0;) {
+    if (++at[i] < dims[i]) return true;
+    at[i] = 0;
+  }
+  return false;
+}
+
 // The strides that show the values of (dims, strides), in row-major order, with the dims `to`,
 // as a view reshape: each run of axes merged or split must be contiguous in memory. False when
 // one is not (the values must be copied first).
@@ -489,8 +499,43 @@ struct Partition::Impl {
 
   void reorder(int src, const memory::desc& src_md, int dst, const memory::desc& dst_md) {
     auto [from, to] = simplified(src_md, dst_md);
+    if (copy_rows(src, from, dst, to)) return;
     dnnl::reorder::primitive_desc pd(eng, from, eng, to, reorder_attr());
     add(pd, dnnl::reorder(pd), {view(DNNL_ARG_FROM, src, from), view(DNNL_ARG_TO, dst, to)});
+  }
+
+  // the reorder as row copies, the runtime's own, where both layouts keep the last axis
+  // contiguous and only the rows move (a head split read out of one QKV projection): oneDNN 3.2's
+  // jit:uni reorder took 56 µs for one of ViT's [12,197,64] bf16 heads, rows of 128 bytes.
+  // False where not (a type changes, the last axis moves, rows under 64 bytes)
+  bool copy_rows(int src, const memory::desc& from, int dst, const memory::desc& to) {
+    const Dims dims = from.get_dims(), fs = from.get_strides(), ts = to.get_strides();
+    const size_t rank = dims.size(), size = memory::data_type_size(from.get_data_type());
+    if (!strided(from) || !strided(to) || from.get_data_type() != to.get_data_type() || rank < 2 ||
+        fs.back() != 1 || ts.back() != 1 || dims.back() * int64_t(size) < 64 ||
+        from.get_submemory_offset() || to.get_submemory_offset())
+      return false;
+    // each row's offsets (in values) in src and dst, the outer axes counted row-major
+    auto rows = std::make_shared<std::vector<std::pair<int64_t, int64_t>>>();
+    Dims at(rank - 1, 0);
+    do {
+      int64_t f = 0, t = 0;
+      for (size_t i = 0; i + 1 < rank; ++i) f += at[i] * fs[i], t += at[i] * ts[i];
+      rows->emplace_back(f, t);
+    } while (next_index(at, dims));
+    const size_t bytes = size_t(dims.back()) * size;
+    Exec own{dnnl::primitive(), {view(DNNL_ARG_FROM, src, from), view(DNNL_ARG_TO, dst, to)}, {}, node, step};
+    own.own = [rows, bytes, size](Exec& e) {
+      const char* x = static_cast<const char*>(e.bound[DNNL_ARG_FROM].get_data_handle());
+      char* y = static_cast<char*>(e.bound[DNNL_ARG_TO].get_data_handle());
+      const int64_t n = int64_t(rows->size());
+#pragma omp parallel for schedule(static) if (n * int64_t(bytes) >= 4 * PARALLEL_FROM)
+      for (int64_t r = 0; r < n; ++r)
+        std::memcpy(y + (*rows)[r].second * size, x + (*rows)[r].first * size, bytes);
+    };
+    own.kernel = "runtime row copy";
+    execs.push_back(std::move(own));
+    return true;
   }
 
   static dnnl::primitive_attr reorder_attr() {
@@ -579,28 +624,51 @@ struct Partition::Impl {
     return dst;
   }
 
-  // softmax (or log-softmax) of src into dst along axis: the runtime's own loop over rows where
-  // src is dense row-major f32 (scores: what the steps before a softmax write), dst f32 or bf16
-  // (an attention's weights) and the axis is the last (softmax.h), else oneDNN's primitive
-  void softmax(int src, const memory::desc& src_md, int dst, const memory::desc& dst_md, int axis,
-               bool log) {
+  // whether softmax() runs the runtime's own loop (softmax.h): src dense row-major f32 (scores:
+  // what the steps before a softmax write), dst f32 or bf16 (an attention's weights), the last axis
+  bool own_softmax(const memory::desc& src_md, const memory::desc& dst_md, int axis) const {
     const Dims dims = src_md.get_dims();
-    const bool to_bf16 = dst_md == plain(dims, dt::bf16);
-    if (VECTORISED && axis == int(dims.size()) - 1 && src_md == plain(dims) &&
-        (to_bf16 || dst_md == plain(dims))) {
+    return VECTORISED && axis == int(dims.size()) - 1 && src_md == plain(dims) &&
+           (dst_md == plain(dims, dt::bf16) || dst_md == plain(dims));
+  }
+
+  // softmax (or log-softmax) of src into dst along axis: the runtime's own loop where it applies
+  // (own_softmax), else oneDNN's primitive. `mask` (own loop only) is added to src first: a plain
+  // f32 value of src's rank (mask_dims) whose axes are src's or 1, its last src's
+  void softmax(int src, const memory::desc& src_md, int dst, const memory::desc& dst_md, int axis,
+               bool log, int mask = -1, const Dims& mask_dims = {}) {
+    const Dims dims = src_md.get_dims();
+    if (own_softmax(src_md, dst_md, axis)) {
+      const bool to_bf16 = dst_md.get_data_type() == dt::bf16;
       const int64_t cols = dims.back();
       const int64_t rows = std::accumulate(dims.begin(), dims.end() - 1, int64_t(1), std::multiplies<>());
       Exec own{dnnl::primitive(), {use(DNNL_ARG_SRC, src), view(DNNL_ARG_DST, dst, dst_md)}, {}, node, step};
+      // where each row's mask row starts: the mask's strides, 0 along the axes it broadcasts
+      auto mask_rows = std::make_shared<std::vector<int64_t>>();
+      if (mask >= 0) {
+        if (mask_dims.size() != dims.size() || mask_dims.back() != cols)
+          fail("a mask that is not one row per row of the scores");
+        own.args.push_back(view(DNNL_ARG_SRC_1, mask, plain(mask_dims)));
+        const Dims strides = plain(mask_dims).get_strides();
+        Dims at(dims.size() - 1, 0);
+        do {
+          int64_t o = 0;
+          for (size_t i = 0; i < at.size(); ++i) o += mask_dims[i] == 1 ? 0 : at[i] * strides[i];
+          mask_rows->push_back(o);
+        } while (next_index(at, dims));
+      }
       own.own = [=](Exec& e) {
         const float* x = static_cast<const float*>(e.bound[DNNL_ARG_SRC].get_data_handle());
+        const float* add = mask >= 0 ? static_cast<const float*>(e.bound[DNNL_ARG_SRC_1].get_data_handle()) : nullptr;
         void* y = e.bound[DNNL_ARG_DST].get_data_handle();
-        if (to_bf16) softmax_rows(x, static_cast<uint16_t*>(y), rows, cols, log);
-        else softmax_rows(x, static_cast<float*>(y), rows, cols, log);
+        if (to_bf16) softmax_rows(x, static_cast<uint16_t*>(y), rows, cols, log, add, mask_rows->data());
+        else softmax_rows(x, static_cast<float*>(y), rows, cols, log, add, mask_rows->data());
       };
       own.kernel = "runtime softmax";
       execs.push_back(std::move(own));
       return;
     }
+    if (mask >= 0) fail("a masked softmax the runtime's loop does not take");
     dnnl::softmax_forward::primitive_desc pd(
         eng, dnnl::prop_kind::forward_inference,
         log ? dnnl::algorithm::softmax_log : dnnl::algorithm::softmax_accurate, src_md, dst_md, axis,
@@ -1549,27 +1617,29 @@ void Partition::attention(int dst, int q, int k, int v, int mask, float scale) {
   };
   auto typed = [&](int id, dt type) { return m.md_of(id).get_data_type() == type; };
   auto strided = [&](bool masked) {
-    return typed(q, dt::f32) && typed(k, dt::f32)
+    return typed(q, c) && typed(k, c)
                ? strided_matmul(m.eng, m.md_of(q), m.md_of(k).permute_axes(perm), plain(scores), scaled(masked))
                : std::nullopt;
   };
   auto copied = [&](bool masked) {
-    // k copied as kᵀ row-major: oneDNN's brgemm reads a transposed operand through a copy of its
-    // own each call (GPT-2's q·kᵀ, 12x128x64: 137 µs against 123 with kᵀ dense, two threads)
-    Dims kts = ks;
-    std::swap(kts[kts.size() - 1], kts[kts.size() - 2]);
-    q = m.ensure(q, plain(qs));
-    k = m.ensure(k, plain(kts).permute_axes(perm));
-    return dnnl::matmul::primitive_desc(m.eng, plain(qs), plain(kts), plain(scores), scaled(masked));
+    // q and k copied dense, by rows (copy_rows), and k read transposed
+    q = m.ensure(q, plain(qs, c));
+    k = m.ensure(k, plain(ks, c));
+    return dnnl::matmul::primitive_desc(m.eng, plain(qs, c), plain(ks, c).permute_axes(perm), plain(scores), scaled(masked));
   };
   // oneDNN's fast products add a mask only where it spans every batch axis of more than one
   // ([1,3,49,49] over Swin-T's 64 windows does not; nor does a causal [S,S] at batch 2): the
   // reference kernel took 180 ms of Swin-T's 230 a run. There the mask is a binary step's.
+  // the mask added by the softmax's own loop where it runs (as a post-op it made q·kᵀ 3.5x
+  // slower, softmax.h), else by the product where oneDNN adds it fast, else by a binary step
+  const int last = int(scores.size()) - 1;
+  const bool mask_in_softmax = mv >= 0 && m.own_softmax(plain(scores), plain(scores, c), last);
+  const bool mask_in_product = mv >= 0 && !mask_in_softmax;
   bool mask_apart = false;
-  auto found = strided(mv >= 0);
-  if (!found && mv >= 0 && (found = strided(false))) mask_apart = true;
-  dnnl::matmul::primitive_desc qk = found ? *found : copied(mv >= 0);
-  if (!found && mv >= 0 && is_reference(qk)) {
+  auto found = strided(mask_in_product);
+  if (!found && mask_in_product && (found = strided(false))) mask_apart = true;
+  dnnl::matmul::primitive_desc qk = found ? *found : copied(mask_in_product);
+  if (!found && mask_in_product && is_reference(qk)) {
     qk = copied(false);
     mask_apart = true;
   }
@@ -1577,7 +1647,7 @@ void Partition::attention(int dst, int q, int k, int v, int mask, float scale) {
   std::vector<Arg> args{Impl::view(DNNL_ARG_SRC, q, qk.src_desc()),
                         Impl::view(DNNL_ARG_WEIGHTS, k, qk.weights_desc()),
                         Impl::use(DNNL_ARG_DST, s)};
-  if (mv >= 0 && !mask_apart)
+  if (mask_in_product && !mask_apart)
     args.push_back(Impl::view(DNNL_ARG_ATTR_MULTIPLE_POST_OP(1) | DNNL_ARG_SRC_1, mv, plain(mask_dims)));
   m.add(qk, dnnl::matmul(qk), std::move(args));
   if (mask_apart) {
@@ -1587,7 +1657,7 @@ void Partition::attention(int dst, int q, int k, int v, int mask, float scale) {
                                    Impl::use(DNNL_ARG_DST, s)});
   }
   int p = m.temp(plain(scores, c));
-  m.softmax(s, plain(scores), p, plain(scores, c), int(scores.size()) - 1, false);
+  m.softmax(s, plain(scores), p, plain(scores, c), last, false, mask_in_softmax ? mv : -1, mask_dims);
   const memory::desc out = m.dense_result(dst);
   // dst's axes stored in the plan's order ([H,S,D] as [S,H,D]: the heads merged back as they are
   // written): oneDNN 3.2 picks brgemm for that only with the batch's unit axes outermost, gemm:jit
