@@ -247,3 +247,45 @@ def test_an_attention_read_by_more_than_the_transpose_keeps_its_axes_in_order():
     for name in want:
         assert np.abs(got[name] - want[name]).max() <= 1e-5 * max(1.0, np.abs(want[name]).max())
 
+
+
+def split_heads_attention(op, x, masked):
+    """GPT-2's attention over one projection [1,S,3·H·D]: q, k and v sliced out of it and split
+    into heads (views no brgemm reads, so they are copied dense), with or without a causal mask.
+    H = 2, D = 32: 128-byte rows in fp32, whole rows the runtime copies itself."""
+    _, seq, width = x.shape
+    heads, d = 2, width // 6
+    parts = []
+    for i in range(3):
+        s = shaped(op.Slice(x, op.constant(ints(i * heads * d), "s"), op.constant(ints((i + 1) * heads * d), "e"),
+                            op.constant(ints(2), "a")), (1, seq, heads * d))
+        r = shaped(op.Reshape(s, op.constant(ints(1, seq, heads, d), "r")), (1, seq, heads, d))
+        parts.append(shaped(op.Transpose(r, perm=[0, 2, 1, 3]), (1, heads, seq, d)))
+    mask = op.constant(np.triu(np.full((seq, seq), -1e30, np.float32), 1), "mask") if masked else None
+    return [(op.Attention(*parts, mask, scale=d ** -0.5), (1, heads, seq, d))]
+
+
+@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_copied_heads_store_their_keys_padded_to_a_multiple_of_32(precision, masked):
+    # 37 keys stored as 64 (oneDNN's AMX products run a tail of keys at half speed): k's and v's
+    # padding zeroed, the softmax leaving it out and writing it 0; a mask is the softmax's to add
+    g = graph({"x": (1, 37, 192)}, lambda op, x: split_heads_attention(op, x, masked))
+    model = autofusion.compile(g, level=0, backend="native", precision=precision)
+    (kernels,) = [k for n, k in model.plan.kernels.items() if n.op_type == "Attention"]
+    # in bf16 the copies round the fp32 input, oneDNN's reorders
+    copies = "runtime row copy" if precision == "fp32" else "reorder"
+    assert kernels.count(copies) == 3 and kernels.count("runtime zero padding") == 2, kernels
+    assert "binary" not in kernels and kernels.count("brg") == 2, kernels
+    feeds = {"x": RNG_VIEWS.standard_normal((1, 37, 192)).astype(np.float32)}
+    got = model.run(feeds)
+    want = autofusion.compile(g, level=0, backend="torch").run(feeds)
+    (name,) = want
+    bound = 1e-5 if precision == "fp32" else 2e-2
+    assert np.abs(got[name] - want[name]).max() <= bound * np.abs(want[name]).max()
+
+
+def test_keys_a_multiple_of_32_are_not_padded():
+    g = graph({"x": (1, 32, 192)}, lambda op, x: split_heads_attention(op, x, masked=True))
+    (kernels,) = [k for n, k in check_native(g).plan.kernels.items() if n.op_type == "Attention"]
+    assert "padding" not in kernels and "runtime softmax" in kernels, kernels

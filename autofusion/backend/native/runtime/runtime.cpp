@@ -538,6 +538,28 @@ struct Partition::Impl {
     return true;
   }
 
+  // src ([..., rows, n]) copied dense into a new value of `padded` rows in the type given, the
+  // rows past its own zeroed on every call (the arena's bytes are shared)
+  int padded_rows(int src, int64_t padded, dt type) {
+    const Dims shape = val(src).shape;
+    Dims dims = shape;
+    const int64_t rows = dims[dims.size() - 2];
+    dims[dims.size() - 2] = padded;
+    const memory::desc md = plain(dims, type);
+    const int t = temp(md);
+    reorder(src, md_of(src), t, memory::desc(shape, type, md.get_strides()));
+    const int64_t matrices = std::accumulate(dims.begin(), dims.end() - 2, int64_t(1), std::multiplies<>());
+    const size_t row = size_t(dims.back()) * memory::data_type_size(type);
+    Exec own{dnnl::primitive(), {use(DNNL_ARG_DST, t)}, {}, node, step};
+    own.own = [=](Exec& e) {
+      char* y = static_cast<char*>(e.bound[DNNL_ARG_DST].get_data_handle());
+      for (int64_t i = 0; i < matrices; ++i) std::memset(y + (i * padded + rows) * row, 0, (padded - rows) * row);
+    };
+    own.kernel = "runtime zero padding";
+    execs.push_back(std::move(own));
+    return t;
+  }
+
   static dnnl::primitive_attr reorder_attr() {
     dnnl::primitive_attr a;
     a.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -633,14 +655,16 @@ struct Partition::Impl {
   }
 
   // softmax (or log-softmax) of src into dst along axis: the runtime's own loop where it applies
-  // (own_softmax), else oneDNN's primitive. `mask` (own loop only) is added to src first: a plain
-  // f32 value of src's rank (mask_dims) whose axes are src's or 1, its last src's
+  // (own_softmax), else oneDNN's primitive. Own loop only: `mask` is added to src first, a plain
+  // f32 value of src's rank (mask_dims) whose axes are src's or 1, its last `cols`; `cols` > 0:
+  // only the first `cols` values of each row count, the rest is padding (0 in dst)
   void softmax(int src, const memory::desc& src_md, int dst, const memory::desc& dst_md, int axis,
-               bool log, int mask = -1, const Dims& mask_dims = {}) {
+               bool log, int mask = -1, const Dims& mask_dims = {}, int64_t cols = 0) {
     const Dims dims = src_md.get_dims();
     if (own_softmax(src_md, dst_md, axis)) {
       const bool to_bf16 = dst_md.get_data_type() == dt::bf16;
-      const int64_t cols = dims.back();
+      const int64_t stride = dims.back();
+      if (cols <= 0) cols = stride;
       const int64_t rows = std::accumulate(dims.begin(), dims.end() - 1, int64_t(1), std::multiplies<>());
       Exec own{dnnl::primitive(), {use(DNNL_ARG_SRC, src), view(DNNL_ARG_DST, dst, dst_md)}, {}, node, step};
       // where each row's mask row starts: the mask's strides, 0 along the axes it broadcasts
@@ -661,14 +685,14 @@ struct Partition::Impl {
         const float* x = static_cast<const float*>(e.bound[DNNL_ARG_SRC].get_data_handle());
         const float* add = mask >= 0 ? static_cast<const float*>(e.bound[DNNL_ARG_SRC_1].get_data_handle()) : nullptr;
         void* y = e.bound[DNNL_ARG_DST].get_data_handle();
-        if (to_bf16) softmax_rows(x, static_cast<uint16_t*>(y), rows, cols, log, add, mask_rows->data());
-        else softmax_rows(x, static_cast<float*>(y), rows, cols, log, add, mask_rows->data());
+        if (to_bf16) softmax_rows(x, static_cast<uint16_t*>(y), rows, cols, stride, log, add, mask_rows->data());
+        else softmax_rows(x, static_cast<float*>(y), rows, cols, stride, log, add, mask_rows->data());
       };
       own.kernel = "runtime softmax";
       execs.push_back(std::move(own));
       return;
     }
-    if (mask >= 0) fail("a masked softmax the runtime's loop does not take");
+    if (mask >= 0 || cols > 0) fail("a masked or padded softmax the runtime's loop does not take");
     dnnl::softmax_forward::primitive_desc pd(
         eng, dnnl::prop_kind::forward_inference,
         log ? dnnl::algorithm::softmax_log : dnnl::algorithm::softmax_accurate, src_md, dst_md, axis,
@@ -1591,8 +1615,9 @@ void Partition::attention(int dst, int q, int k, int v, int mask, float scale) {
   const Dims& vs = m.val(v).shape;
   Dims scores = qs;
   scores.back() = ks[ks.size() - 2];
-  // p·v in the compute type; q·kᵀ, the scores and the softmax in fp32: an error in a score is
-  // amplified by the exponential (in bf16 q·kᵀ set BERT's worst output error)
+  // q·kᵀ and p·v in the compute type, accumulating in f32; the scores and the softmax in f32: the
+  // exponential amplifies an error in a score (scores rounded to bf16 set BERT's worst output
+  // error above OpenVINO's; q and k rounded, with f32 scores, do not)
   const dt c = m.compute;
   std::vector<int> perm(ks.size());
   std::iota(perm.begin(), perm.end(), 0);
@@ -1621,29 +1646,36 @@ void Partition::attention(int dst, int q, int k, int v, int mask, float scale) {
                ? strided_matmul(m.eng, m.md_of(q), m.md_of(k).permute_axes(perm), plain(scores), scaled(masked))
                : std::nullopt;
   };
-  auto copied = [&](bool masked) {
-    // q and k copied dense, by rows (copy_rows), and k read transposed
-    q = m.ensure(q, plain(qs, c));
-    k = m.ensure(k, plain(ks, c));
-    return dnnl::matmul::primitive_desc(m.eng, plain(qs, c), plain(ks, c).permute_axes(perm), plain(scores), scaled(masked));
-  };
-  // oneDNN's fast products add a mask only where it spans every batch axis of more than one
-  // ([1,3,49,49] over Swin-T's 64 windows does not; nor does a causal [S,S] at batch 2): the
-  // reference kernel took 180 ms of Swin-T's 230 a run. There the mask is a binary step's.
   // the mask added by the softmax's own loop where it runs (as a post-op it made q·kᵀ 3.5x
-  // slower, softmax.h), else by the product where oneDNN adds it fast, else by a binary step
+  // slower, softmax.h), else by the product where oneDNN adds it fast, else by a binary step:
+  // oneDNN's fast products add a mask only where it spans every batch axis of more than one
+  // ([1,3,49,49] over Swin-T's 64 windows does not; nor does a causal [S,S] at batch 2), and the
+  // reference kernel took 180 ms of Swin-T's 230 a run
   const int last = int(scores.size()) - 1;
   const bool mask_in_softmax = mv >= 0 && m.own_softmax(plain(scores), plain(scores, c), last);
   const bool mask_in_product = mv >= 0 && !mask_in_softmax;
   bool mask_apart = false;
   auto found = strided(mask_in_product);
   if (!found && mask_in_product && (found = strided(false))) mask_apart = true;
+  // Where q and k are copied (not read through their strides), the keys are stored padded to a
+  // multiple of 32 when the softmax is the runtime's (it leaves the padding out and writes it 0
+  // in p): oneDNN 3.2's AMX products run a tail of keys at about half speed, as q·kᵀ's N and p·v's
+  // K (ViT's 197 keys, [12,197,64], two threads: q·kᵀ 121 µs against 83 for 224; p·v 117 against 73)
+  const int64_t keys = scores.back();
+  const bool padded = !found && !mask_in_product && keys % 32 && m.own_softmax(plain(scores), plain(scores, c), last);
+  Dims stored = scores, kvs = ks;
+  stored.back() = kvs[kvs.size() - 2] = padded ? (keys + 31) / 32 * 32 : keys;
+  auto copied = [&](bool masked) {   // q and k dense (copy_rows), k read transposed
+    q = m.ensure(q, plain(qs, c));
+    k = padded ? m.padded_rows(k, stored.back(), c) : m.ensure(k, plain(ks, c));
+    return dnnl::matmul::primitive_desc(m.eng, plain(qs, c), plain(kvs, c).permute_axes(perm), plain(stored), scaled(masked));
+  };
   dnnl::matmul::primitive_desc qk = found ? *found : copied(mask_in_product);
   if (!found && mask_in_product && is_reference(qk)) {
     qk = copied(false);
     mask_apart = true;
   }
-  int s = m.temp(plain(scores));
+  int s = m.temp(plain(stored));
   std::vector<Arg> args{Impl::view(DNNL_ARG_SRC, q, qk.src_desc()),
                         Impl::view(DNNL_ARG_WEIGHTS, k, qk.weights_desc()),
                         Impl::use(DNNL_ARG_DST, s)};
@@ -1656,8 +1688,8 @@ void Partition::attention(int dst, int q, int k, int v, int mask, float scale) {
     m.add(add, dnnl::binary(add), {Impl::use(DNNL_ARG_SRC_0, s), Impl::view(DNNL_ARG_SRC_1, mv, plain(mask_dims)),
                                    Impl::use(DNNL_ARG_DST, s)});
   }
-  int p = m.temp(plain(scores, c));
-  m.softmax(s, plain(scores), p, plain(scores, c), last, false, mask_in_softmax ? mv : -1, mask_dims);
+  int p = m.temp(plain(stored, c));
+  m.softmax(s, plain(stored), p, plain(stored, c), last, false, mask_in_softmax ? mv : -1, mask_dims, keys);
   const memory::desc out = m.dense_result(dst);
   // dst's axes stored in the plan's order ([H,S,D] as [S,H,D]: the heads merged back as they are
   // written): oneDNN 3.2 picks brgemm for that only with the batch's unit axes outermost, gemm:jit
@@ -1669,11 +1701,14 @@ void Partition::attention(int dst, int q, int k, int v, int mask, float scale) {
   if (vs.size() == scores.size())
     for (size_t i = 0; i + 2 < vs.size(); ++i) units.push_back(scores[i] == 1 && vs[i] == 1);
   auto seen = [&](const memory::desc& md) { return reordered ? unit_first(md, units) : md; };
-  auto pv = typed(v, c) ? strided_matmul(m.eng, seen(plain(scores, c)), seen(m.md_of(v)), seen(out), m.attr({}))
-                        : std::nullopt;
+  auto pv = typed(v, c) && !padded
+                ? strided_matmul(m.eng, seen(plain(scores, c)), seen(m.md_of(v)), seen(out), m.attr({}))
+                : std::nullopt;
   if (!pv) {
-    v = m.ensure(v, plain(vs, c));
-    pv = dnnl::matmul::primitive_desc(m.eng, seen(plain(scores, c)), seen(plain(vs, c)), seen(out), m.attr({}));
+    Dims vps = vs;
+    vps[vps.size() - 2] = stored.back();
+    v = padded ? m.padded_rows(v, stored.back(), c) : m.ensure(v, plain(vs, c));
+    pv = dnnl::matmul::primitive_desc(m.eng, seen(plain(stored, c)), seen(plain(vps, c)), seen(out), m.attr({}));
   }
   int y = m.produce(dst, out);
   m.add(*pv, dnnl::matmul(*pv), {Impl::view(DNNL_ARG_SRC, p, pv->src_desc()),

@@ -75,16 +75,20 @@ void softmax_row(const float* x, const float* mask, Out* y, int64_t cols, bool l
   if (tail) store16(y + full, _mm512_mul_ps(_mm512_maskz_loadu_ps(tail, row.data() + full), inv), tail);
 }
 
-// `mask_rows`: where each row's mask row starts in `mask` (none without a mask)
+// `mask_rows`: where each row's mask row starts in `mask` (none without a mask). `stride`: the
+// rows' distance in x and y, the values past `cols` in a row of y written 0 (padding)
 template <class Out>
-void softmax_rows(const float* x, Out* y, int64_t rows, int64_t cols, bool log,
+void softmax_rows(const float* x, Out* y, int64_t rows, int64_t cols, int64_t stride, bool log,
                   const float* mask = nullptr, const int64_t* mask_rows = nullptr) {
 #pragma omp parallel if (rows * cols >= PARALLEL_FROM)
   {
     std::vector<float> row;
 #pragma omp for schedule(static)
-    for (int64_t r = 0; r < rows; ++r)
-      softmax_row(x + r * cols, mask ? mask + mask_rows[r] : nullptr, y + r * cols, cols, log, row);
+    for (int64_t r = 0; r < rows; ++r) {
+      Out* out = y + r * stride;
+      softmax_row(x + r * stride, mask ? mask + mask_rows[r] : nullptr, out, cols, log, row);
+      for (int64_t i = cols; i < stride; ++i) store1(out + i, 0.f);
+    }
   }
 }
 #endif
