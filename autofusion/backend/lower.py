@@ -200,7 +200,7 @@ def split(order: list[Node], decisions: dict[Node, Decision]) -> list[Partition]
 
 
 # the operands a step in bf16 reads in bf16 (oneDNN's src and weights); the rest stay fp32
-PRODUCT_OPERANDS = {"Attention": (0, 1, 2)}   # v; q·kᵀ stays fp32 (runtime.cpp attention)
+PRODUCT_OPERANDS = {"Attention": (0, 1, 2)}   # q, k, v; the scores and softmax are fp32 (runtime.cpp attention)
 DEFAULT_OPERANDS = (0, 1)
 
 

@@ -249,10 +249,11 @@ def test_an_attention_read_by_more_than_the_transpose_keeps_its_axes_in_order():
 
 
 
-def split_heads_attention(op, x, masked):
+def split_heads_attention(op, x, masked, mask=None):
     """GPT-2's attention over one projection [1,S,3·H·D]: q, k and v sliced out of it and split
-    into heads (views no brgemm reads, so they are copied dense), with or without a causal mask.
-    H = 2, D = 32: 128-byte rows in fp32, whole rows the runtime copies itself."""
+    into heads (views no brgemm reads, so they are copied dense), with or without a causal mask
+    (or the `mask` given). H = 2, D = 32: 128-byte rows in fp32, whole rows the runtime copies
+    itself."""
     _, seq, width = x.shape
     heads, d = 2, width // 6
     parts = []
@@ -261,7 +262,9 @@ def split_heads_attention(op, x, masked):
                             op.constant(ints(2), "a")), (1, seq, heads * d))
         r = shaped(op.Reshape(s, op.constant(ints(1, seq, heads, d), "r")), (1, seq, heads, d))
         parts.append(shaped(op.Transpose(r, perm=[0, 2, 1, 3]), (1, heads, seq, d)))
-    mask = op.constant(np.triu(np.full((seq, seq), -1e30, np.float32), 1), "mask") if masked else None
+    if masked:
+        mask = np.triu(np.full((seq, seq), -1e30, np.float32), 1) if mask is None else mask
+        mask = op.constant(mask, "mask")
     return [(op.Attention(*parts, mask, scale=d ** -0.5), (1, heads, seq, d))]
 
 
@@ -287,5 +290,14 @@ def test_copied_heads_store_their_keys_padded_to_a_multiple_of_32(precision, mas
 
 def test_keys_a_multiple_of_32_are_not_padded():
     g = graph({"x": (1, 32, 192)}, lambda op, x: split_heads_attention(op, x, masked=True))
+    (kernels,) = [k for n, k in check_native(g).plan.kernels.items() if n.op_type == "Attention"]
+    assert "padding" not in kernels and "runtime softmax" in kernels, kernels
+
+
+def test_a_mask_broadcast_along_the_keys_is_added_by_the_product():
+    # a mask of one value per query ([S,1]) is not one row per row of scores: the softmax's loop
+    # does not take it, q·kᵀ adds it (a post-op or a binary step), and the keys are not padded
+    bias = RNG_VIEWS.standard_normal((37, 1)).astype(np.float32)
+    g = graph({"x": (1, 37, 192)}, lambda op, x: split_heads_attention(op, x, True, bias))
     (kernels,) = [k for n, k in check_native(g).plan.kernels.items() if n.op_type == "Attention"]
     assert "padding" not in kernels and "runtime softmax" in kernels, kernels

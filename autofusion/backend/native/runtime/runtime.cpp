@@ -1652,7 +1652,7 @@ void Partition::attention(int dst, int q, int k, int v, int mask, float scale) {
   // ([1,3,49,49] over Swin-T's 64 windows does not; nor does a causal [S,S] at batch 2), and the
   // reference kernel took 180 ms of Swin-T's 230 a run
   const int last = int(scores.size()) - 1;
-  const bool mask_in_softmax = mv >= 0 && m.own_softmax(plain(scores), plain(scores, c), last);
+  const bool mask_in_softmax = mv >= 0 && mask_dims.back() == scores.back() && m.own_softmax(plain(scores), plain(scores, c), last);
   const bool mask_in_product = mv >= 0 && !mask_in_softmax;
   bool mask_apart = false;
   auto found = strided(mask_in_product);
