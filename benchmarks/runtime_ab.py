@@ -11,7 +11,8 @@ The model's generated code is the working tree's either way: the revision's nati
 declare the calls it makes (the build fails otherwise).
 Prints both medians, their ratio, the median of the two blocks' ratios round by round (robust to
 the host's slow and fast phases) and how far the outputs differ. Inputs (static shapes only):
-seeded standard-normal floats, integers below 100 (token ids), ones for an integer "mask".
+seeded standard-normal floats, integers below 100 (token ids), ones for an integer "mask", zeros
+for an integer "type" (BERT's token types: its table has two rows).
 """
 from __future__ import annotations
 
@@ -64,7 +65,8 @@ def seeded_feeds(path: str) -> dict[str, np.ndarray]:
             raise SystemExit(f"input {i.name!r} has a dynamic shape: runtime_ab takes static shapes only")
         dtype = onnx.helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type)
         feeds[i.name] = (rng.standard_normal(dims).astype(dtype) if np.issubdtype(dtype, np.floating) else
-                         np.ones(dims, dtype) if "mask" in i.name else rng.integers(0, 100, dims).astype(dtype))
+                         np.ones(dims, dtype) if "mask" in i.name else
+                         np.zeros(dims, dtype) if "type" in i.name else rng.integers(0, 100, dims).astype(dtype))
     return feeds
 
 
