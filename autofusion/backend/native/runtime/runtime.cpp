@@ -1646,8 +1646,9 @@ void Partition::attention(int dst, int q, int k, int v, int mask, float scale) {
                ? strided_matmul(m.eng, m.md_of(q), m.md_of(k).permute_axes(perm), plain(scores), scaled(masked))
                : std::nullopt;
   };
-  // the mask added by the softmax's own loop where it runs (as a post-op it made q·kᵀ 3.5x
-  // slower, softmax.h), else by the product where oneDNN adds it fast, else by a binary step:
+  // the mask added by the softmax's own loop where it runs (cheaper than q·kᵀ's post-op,
+  // softmax.h, and it leaves the product free to pad the keys), else by the product where oneDNN
+  // adds it fast, else by a binary step:
   // oneDNN's fast products add a mask only where it spans every batch axis of more than one
   // ([1,3,49,49] over Swin-T's 64 windows does not; nor does a causal [S,S] at batch 2), and the
   // reference kernel took 180 ms of Swin-T's 230 a run
