@@ -12,9 +12,11 @@ from hypothesis import strategies as st
 
 import autofusion
 from autofusion.backend.native import unavailable
+from autofusion.backend.precision import has_bf16
 from autofusion.ir import DType
 
 from .test_impls import check_native, const, graph
+from .test_step_kernels import own_loops
 
 pytestmark = pytest.mark.skipif(unavailable() is not None, reason=f"native backend: {unavailable()}")
 
@@ -248,7 +250,6 @@ def test_an_attention_read_by_more_than_the_transpose_keeps_its_axes_in_order():
         assert np.abs(got[name] - want[name]).max() <= 1e-5 * max(1.0, np.abs(want[name]).max())
 
 
-
 def split_heads_attention(op, x, masked, mask=None):
     """GPT-2's attention over one projection [1,S,3·H·D]: q, k and v sliced out of it and split
     into heads (views no brgemm reads, so they are copied dense), with or without a causal mask
@@ -268,8 +269,10 @@ def split_heads_attention(op, x, masked, mask=None):
     return [(op.Attention(*parts, mask, scale=d ** -0.5), (1, heads, seq, d))]
 
 
+@own_loops
 @pytest.mark.parametrize("masked", [False, True])
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("precision", ["fp32", pytest.param("bf16", marks=pytest.mark.skipif(
+    not has_bf16(), reason="no bf16 dot products on this CPU"))])
 def test_copied_heads_store_their_keys_padded_to_a_multiple_of_32(precision, masked):
     # 37 keys stored as 64 (oneDNN's AMX products run a tail of keys at half speed): k's and v's
     # padding zeroed, the softmax leaving it out and writing it 0; a mask is the softmax's to add
@@ -288,12 +291,14 @@ def test_copied_heads_store_their_keys_padded_to_a_multiple_of_32(precision, mas
     assert np.abs(got[name] - want[name]).max() <= bound * np.abs(want[name]).max()
 
 
+@own_loops
 def test_keys_a_multiple_of_32_are_not_padded():
     g = graph({"x": (1, 32, 192)}, lambda op, x: split_heads_attention(op, x, masked=True))
     (kernels,) = [k for n, k in check_native(g).plan.kernels.items() if n.op_type == "Attention"]
     assert "padding" not in kernels and "runtime softmax" in kernels, kernels
 
 
+@own_loops
 def test_a_mask_broadcast_along_the_keys_is_added_by_the_product():
     # a mask of one value per query ([S,1]) is not one row per row of scores: the softmax's loop
     # does not take it, q·kᵀ adds it (a post-op or a binary step), and the keys are not padded
