@@ -306,3 +306,28 @@ def test_a_mask_broadcast_along_the_keys_is_added_by_the_product():
     g = graph({"x": (1, 37, 192)}, lambda op, x: split_heads_attention(op, x, True, bias))
     (kernels,) = [k for n, k in check_native(g).plan.kernels.items() if n.op_type == "Attention"]
     assert "padding" not in kernels and "runtime softmax" in kernels, kernels
+
+
+@own_loops
+@pytest.mark.parametrize("mask_shape", [(2, 1, 1, 37), (1, 1, 37, 37), (2, 1, 37, 37), (2, 3, 37, 37)])
+@pytest.mark.parametrize("precision", ["fp32", pytest.param("bf16", marks=pytest.mark.skipif(
+    not has_bf16(), reason="no bf16 dot products on this CPU"))])
+def test_a_mask_broadcast_over_batch_or_heads_is_added_by_the_softmax_row_by_row(precision, mask_shape):
+    # batch 2, 3 heads: each row of scores reads its own mask row, the broadcast axes at stride 0
+    # (in bf16 the heads are copied and the keys padded to 64)
+    shape = (2, 37, 3, 32)
+
+    def build(op, q, k, v, mask):
+        heads = [shaped(op.Transpose(t, perm=[0, 2, 1, 3]), (2, 3, 37, 32)) for t in (q, k, v)]
+        return [(op.Attention(*heads, mask, scale=32 ** -0.5), (2, 3, 37, 32))]
+
+    g = graph({"q": shape, "k": shape, "v": shape, "mask": mask_shape}, build)
+    model = autofusion.compile(g, level=0, backend="native", precision=precision)
+    (kernels,) = [k for n, k in model.plan.kernels.items() if n.op_type == "Attention"]
+    assert "runtime softmax" in kernels and "binary" not in kernels, kernels
+    feeds = {n: RNG_VIEWS.standard_normal(shape).astype(np.float32) for n in "qkv"}
+    feeds["mask"] = np.where(RNG_VIEWS.random(mask_shape) < 0.3, -1e4, 0).astype(np.float32)
+    got, want = model.run(feeds), autofusion.compile(g, level=0, backend="torch").run(feeds)
+    (name,) = want
+    bound = 1e-5 if precision == "fp32" else 2e-2
+    assert np.abs(got[name] - want[name]).max() <= bound * np.abs(want[name]).max()
