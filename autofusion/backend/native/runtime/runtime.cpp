@@ -1658,18 +1658,27 @@ void Partition::attention(int dst, int q, int k, int v, int mask, float scale) {
   bool mask_apart = false;
   auto found = strided(mask_in_product);
   if (!found && mask_in_product && (found = strided(false))) mask_apart = true;
-  // Where q and k are copied (not read through their strides), the keys are stored padded to a
-  // multiple of 32 when the softmax is the runtime's (it leaves the padding out and writes it 0
-  // in p): oneDNN 3.2's AMX products run a tail of keys at about half speed, as q·kᵀ's N and p·v's
-  // K (ViT's 197 keys, [12,197,64], two threads: q·kᵀ 121 µs against 83 for 224; p·v 117 against 73)
+  // Where q and k are copied (not read through their strides) and the products run on AMX, the
+  // keys are stored padded to a multiple of 32 when the softmax is the runtime's (it leaves the
+  // padding out and writes it 0 in p): oneDNN 3.2's AMX products run a tail of keys at a half to
+  // a quarter of the speed, as q·kᵀ's N and p·v's K (two threads, q·kᵀ + p·v: ViT's [12,197,64]
+  // 137 µs against 84 for 224 keys; [8,4096,64] over 77 keys 1230 against 710 for 96). Its
+  // AVX-512 fp32 kernels take tails in their stride: there padding costs 8% (ViT) to 3.4x (7 keys)
   const int64_t keys = scores.back();
-  const bool padded = !found && !mask_in_product && keys % 32 && m.own_softmax(plain(scores), plain(scores, c), last);
-  Dims stored = scores, kvs = ks;
-  stored.back() = kvs[kvs.size() - 2] = padded ? (keys + 31) / 32 * 32 : keys;
-  auto copied = [&](bool masked) {   // q and k dense (copy_rows), k read transposed
+  auto copied_pd = [&](Dims stored, bool masked) {   // q and k dense (copy_rows), k read transposed
+    Dims kvs = ks;
+    kvs[kvs.size() - 2] = stored.back();
+    return dnnl::matmul::primitive_desc(m.eng, plain(qs, c), plain(kvs, c).permute_axes(perm), plain(stored), scaled(masked));
+  };
+  const bool padded = !found && !mask_in_product && keys % 32 &&
+                      m.own_softmax(plain(scores), plain(scores, c), last) &&
+                      implemented_by(copied_pd(scores, false), "brg:avx512_core_amx");
+  Dims stored = scores;
+  stored.back() = padded ? (keys + 31) / 32 * 32 : keys;
+  auto copied = [&](bool masked) {
     q = m.ensure(q, plain(qs, c));
     k = padded ? m.padded_rows(k, stored.back(), c) : m.ensure(k, plain(ks, c));
-    return dnnl::matmul::primitive_desc(m.eng, plain(qs, c), plain(kvs, c).permute_axes(perm), plain(stored), scaled(masked));
+    return copied_pd(stored, masked);
   };
   dnnl::matmul::primitive_desc qk = found ? *found : copied(mask_in_product);
   if (!found && mask_in_product && is_reference(qk)) {
