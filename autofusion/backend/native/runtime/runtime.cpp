@@ -1653,7 +1653,8 @@ void Partition::attention(int dst, int q, int k, int v, int mask, float scale) {
   // ([1,3,49,49] over Swin-T's 64 windows does not; nor does a causal [S,S] at batch 2), and the
   // reference kernel took 180 ms of Swin-T's 230 a run
   const int last = int(scores.size()) - 1;
-  const bool mask_in_softmax = mv >= 0 && mask_dims.back() == scores.back() && m.own_softmax(plain(scores), plain(scores, c), last);
+  const bool own_softmax = m.own_softmax(plain(scores), plain(scores, c), last);
+  const bool mask_in_softmax = mv >= 0 && mask_dims.back() == scores.back() && own_softmax;
   const bool mask_in_product = mv >= 0 && !mask_in_softmax;
   bool mask_apart = false;
   auto found = strided(mask_in_product);
@@ -1670,8 +1671,7 @@ void Partition::attention(int dst, int q, int k, int v, int mask, float scale) {
     kvs[kvs.size() - 2] = stored.back();
     return dnnl::matmul::primitive_desc(m.eng, plain(qs, c), plain(kvs, c).permute_axes(perm), plain(stored), scaled(masked));
   };
-  const bool padded = !found && !mask_in_product && keys % 32 &&
-                      m.own_softmax(plain(scores), plain(scores, c), last) &&
+  const bool padded = !found && !mask_in_product && keys % 32 && own_softmax &&
                       implemented_by(copied_pd(scores, false), "brg:avx512_core_amx");
   Dims stored = scores;
   stored.back() = padded ? (keys + 31) / 32 * 32 : keys;
