@@ -15,6 +15,9 @@ flags and oneDNN) and runs it with the given threads:
     activation_cost   oneDNN's depthwise and 1x1 convolutions with swish as a post-op, and
                       matrix products with GELU, against without it and without it followed by
                       the runtime's own (runtime/gated.h): what oneDNN's SiLU and GELU cost
+    attention_cost    an attention's products: q·kᵀ with the mask as a post-op against without,
+                      and q·kᵀ + p·v over a tail of keys against the keys padded to a multiple
+                      of 32, in bf16 (AMX) and f32 (the runtime pads on AMX only)
     softmax_cost      oneDNN's softmax over attention scores (ViT-B, BERT-Base) against the
                       runtime's own row loop (runtime/softmax.h)
     layernorm_cost    oneDNN's layer normalization (with the residual add before it, for BERT)

@@ -1661,10 +1661,10 @@ void Partition::attention(int dst, int q, int k, int v, int mask, float scale) {
   if (!found && mask_in_product && (found = strided(false))) mask_apart = true;
   // Where q and k are copied (not read through their strides) and the products run on AMX, the
   // keys are stored padded to a multiple of 32 when the softmax is the runtime's (it leaves the
-  // padding out and writes it 0 in p): oneDNN 3.2's AMX products run a tail of keys at a half to
-  // a quarter of the speed, as q·kᵀ's N and p·v's K (two threads, q·kᵀ + p·v: ViT's [12,197,64]
-  // 137 µs against 84 for 224 keys; [8,4096,64] over 77 keys 1230 against 710 for 96). Its
-  // AVX-512 fp32 kernels take tails in their stride: there padding costs 8% (ViT) to 3.4x (7 keys)
+  // padding out and writes it 0 in p): oneDNN 3.2's AMX products run a tail of keys slowly, as
+  // q·kᵀ's N and p·v's K (two threads, q·kᵀ + p·v: ViT's [12,197,64] 146 µs against 98 for 224
+  // keys; [8,1024,64] over 77 keys 261 against 144 for 96). Its AVX-512 fp32 kernels take tails
+  // in their stride: there padding costs 7% (ViT) to 2.4x (7 keys). benchmarks/native/attention_cost.cpp
   const int64_t keys = scores.back();
   auto copied_pd = [&](Dims stored, bool masked) {   // q and k dense (copy_rows), k read transposed
     Dims kvs = ks;

@@ -7,8 +7,9 @@
 // throughout; e^(x-m) below e^-87 is 0.
 // An attention's additive mask is added to x as the row is read (x + mask row, one mask row per
 // row of x, rows shared where the mask broadcasts): as a binary post-op of oneDNN's q·kᵀ it adds
-// a sixth to the product (GPT-2's causal mask, [12,128,128] bf16 on AMX: 29 µs against 25), here
-// one more load per value of a pass that reads the row anyway.
+// 40% to the product (GPT-2's causal mask, [12,128,128] bf16 on AMX: 29 µs against 20,
+// benchmarks/native/attention_cost.cpp), here one more load per value of a pass that reads the
+// row anyway.
 #pragma once
 
 #include <limits>
