@@ -24,6 +24,11 @@ void scale_channels(const X* x, const S* s, X* y, int64_t batches, int64_t pixel
     if (tail) store16(yr + full, _mm512_mul_ps(load16(xr + full, tail), load16(sr + full, tail)), tail);
   }
 }
+#else
+// declared only: the runtime calls it in `if constexpr (VECTORISED)` branches (vector.h)
+template <class X, class S>
+void scale_channels(const X* x, const S* s, X* y, int64_t batches, int64_t pixels, int64_t channels,
+                    bool scales_per_batch);
 #endif
 
 }  // namespace af

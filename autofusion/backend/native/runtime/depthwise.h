@@ -164,6 +164,11 @@ bool depthwise_for(int64_t k, int64_t stride, const In* x, const float* w, const
 #undef AF_DEPTHWISE_CALL
   return false;
 }
+#else
+// declared only: the runtime calls it in `if constexpr (VECTORISED)` branches (vector.h)
+template <class In, class Out>
+bool depthwise_for(int64_t k, int64_t stride, const In* x, const float* w, const float* bias,
+                   const Act* acts, int n_acts, Out* y, const DepthwiseShape& s);
 #endif
 
 inline bool depthwise_kernel_exists(int64_t k, int64_t stride) {

@@ -67,6 +67,11 @@ void layer_norm_rows(const float* x, const float* r, const float* scale, const f
   for (int64_t i = 0; i < rows; ++i)
     layer_norm_row(x + i * cols, r ? r + i * cols : nullptr, scale, shift, y + i * cols, cols, epsilon);
 }
+#else
+// declared only: the runtime calls it in `if constexpr (VECTORISED)` branches (vector.h)
+template <class Out>
+void layer_norm_rows(const float* x, const float* r, const float* scale, const float* shift,
+                     Out* y, int64_t rows, int64_t cols, float epsilon);
 #endif
 
 }  // namespace af

@@ -661,36 +661,38 @@ struct Partition::Impl {
   void softmax(int src, const memory::desc& src_md, int dst, const memory::desc& dst_md, int axis,
                bool log, int mask = -1, const Dims& mask_dims = {}, int64_t cols = 0) {
     const Dims dims = src_md.get_dims();
-    if (own_softmax(src_md, dst_md, axis)) {
-      const bool to_bf16 = dst_md.get_data_type() == dt::bf16;
-      const int64_t stride = dims.back();
-      if (cols <= 0) cols = stride;
-      const int64_t rows = std::accumulate(dims.begin(), dims.end() - 1, int64_t(1), std::multiplies<>());
-      Exec own{dnnl::primitive(), {use(DNNL_ARG_SRC, src), view(DNNL_ARG_DST, dst, dst_md)}, {}, node, step};
-      // where each row's mask row starts: the mask's strides, 0 along the axes it broadcasts
-      auto mask_rows = std::make_shared<std::vector<int64_t>>();
-      if (mask >= 0) {
-        if (mask_dims.size() != dims.size() || mask_dims.back() != cols)
-          fail("a mask that is not one row per row of the scores");
-        own.args.push_back(view(DNNL_ARG_SRC_1, mask, plain(mask_dims)));
-        const Dims strides = plain(mask_dims).get_strides();
-        Dims at(dims.size() - 1, 0);
-        do {
-          int64_t o = 0;
-          for (size_t i = 0; i < at.size(); ++i) o += mask_dims[i] == 1 ? 0 : at[i] * strides[i];
-          mask_rows->push_back(o);
-        } while (next_index(at, dims));
+    if constexpr (VECTORISED) {   // the runtime's own loops need AVX-512 (vector.h)
+      if (own_softmax(src_md, dst_md, axis)) {
+        const bool to_bf16 = dst_md.get_data_type() == dt::bf16;
+        const int64_t stride = dims.back();
+        if (cols <= 0) cols = stride;
+        const int64_t rows = std::accumulate(dims.begin(), dims.end() - 1, int64_t(1), std::multiplies<>());
+        Exec own{dnnl::primitive(), {use(DNNL_ARG_SRC, src), view(DNNL_ARG_DST, dst, dst_md)}, {}, node, step};
+        // where each row's mask row starts: the mask's strides, 0 along the axes it broadcasts
+        auto mask_rows = std::make_shared<std::vector<int64_t>>();
+        if (mask >= 0) {
+          if (mask_dims.size() != dims.size() || mask_dims.back() != cols)
+            fail("a mask that is not one row per row of the scores");
+          own.args.push_back(view(DNNL_ARG_SRC_1, mask, plain(mask_dims)));
+          const Dims strides = plain(mask_dims).get_strides();
+          Dims at(dims.size() - 1, 0);
+          do {
+            int64_t o = 0;
+            for (size_t i = 0; i < at.size(); ++i) o += mask_dims[i] == 1 ? 0 : at[i] * strides[i];
+            mask_rows->push_back(o);
+          } while (next_index(at, dims));
+        }
+        own.own = [=](Exec& e) {
+          const float* x = static_cast<const float*>(e.bound[DNNL_ARG_SRC].get_data_handle());
+          const float* add = mask >= 0 ? static_cast<const float*>(e.bound[DNNL_ARG_SRC_1].get_data_handle()) : nullptr;
+          void* y = e.bound[DNNL_ARG_DST].get_data_handle();
+          if (to_bf16) softmax_rows(x, static_cast<uint16_t*>(y), rows, cols, stride, log, add, mask_rows->data());
+          else softmax_rows(x, static_cast<float*>(y), rows, cols, stride, log, add, mask_rows->data());
+        };
+        own.kernel = "runtime softmax";
+        execs.push_back(std::move(own));
+        return;
       }
-      own.own = [=](Exec& e) {
-        const float* x = static_cast<const float*>(e.bound[DNNL_ARG_SRC].get_data_handle());
-        const float* add = mask >= 0 ? static_cast<const float*>(e.bound[DNNL_ARG_SRC_1].get_data_handle()) : nullptr;
-        void* y = e.bound[DNNL_ARG_DST].get_data_handle();
-        if (to_bf16) softmax_rows(x, static_cast<uint16_t*>(y), rows, cols, stride, log, add, mask_rows->data());
-        else softmax_rows(x, static_cast<float*>(y), rows, cols, stride, log, add, mask_rows->data());
-      };
-      own.kernel = "runtime softmax";
-      execs.push_back(std::move(own));
-      return;
     }
     if (mask >= 0 || cols > 0) fail("a masked or padded softmax the runtime's loop does not take");
     dnnl::softmax_forward::primitive_desc pd(
@@ -704,33 +706,36 @@ struct Partition::Impl {
   // channels-last and b dense with one value per channel, for every batch or for each; false
   // where not (oneDNN's binary then)
   bool scale_channels(int a, int b, int y) {
-    const memory::desc &md = md_of(a), &b_md = md_of(b);
-    const Dims dims = md.get_dims(), scales = b_md.get_dims();
-    int64_t outer, pixels, channels;
-    if (!VECTORISED || !channel_minor(md, outer, pixels, channels) || channels != dims[1] ||
-        scales.size() != dims.size() || scales[1] != dims[1] || (scales[0] != 1 && scales[0] != dims[0]) ||
-        b_md != plain(scales, b_md.get_data_type()))
-      return false;
-    for (size_t i = 2; i < scales.size(); ++i)
-      if (scales[i] != 1) return false;
-    const bool x_bf16 = md.get_data_type() == dt::bf16, s_bf16 = b_md.get_data_type() == dt::bf16;
-    const bool per_batch = scales[0] != 1;
-    Exec own{dnnl::primitive(), {use(DNNL_ARG_SRC_0, a), use(DNNL_ARG_SRC_1, b), use(DNNL_ARG_DST, y)}, {}, node, step};
-    own.own = [=](Exec& e) {
-      const void* x = e.bound[DNNL_ARG_SRC_0].get_data_handle();
-      const void* s = e.bound[DNNL_ARG_SRC_1].get_data_handle();
-      void* out = e.bound[DNNL_ARG_DST].get_data_handle();
-      auto run = [&](auto* xs) {
-        using X = std::remove_const_t<std::remove_pointer_t<decltype(xs)>>;
-        if (s_bf16) af::scale_channels(xs, static_cast<const uint16_t*>(s), static_cast<X*>(out), outer, pixels, channels, per_batch);
-        else af::scale_channels(xs, static_cast<const float*>(s), static_cast<X*>(out), outer, pixels, channels, per_batch);
+    if constexpr (VECTORISED) {   // the runtime's own loops need AVX-512 (vector.h)
+      const memory::desc &md = md_of(a), &b_md = md_of(b);
+      const Dims dims = md.get_dims(), scales = b_md.get_dims();
+      int64_t outer, pixels, channels;
+      if (!channel_minor(md, outer, pixels, channels) || channels != dims[1] ||
+          scales.size() != dims.size() || scales[1] != dims[1] || (scales[0] != 1 && scales[0] != dims[0]) ||
+          b_md != plain(scales, b_md.get_data_type()))
+        return false;
+      for (size_t i = 2; i < scales.size(); ++i)
+        if (scales[i] != 1) return false;
+      const bool x_bf16 = md.get_data_type() == dt::bf16, s_bf16 = b_md.get_data_type() == dt::bf16;
+      const bool per_batch = scales[0] != 1;
+      Exec own{dnnl::primitive(), {use(DNNL_ARG_SRC_0, a), use(DNNL_ARG_SRC_1, b), use(DNNL_ARG_DST, y)}, {}, node, step};
+      own.own = [=](Exec& e) {
+        const void* x = e.bound[DNNL_ARG_SRC_0].get_data_handle();
+        const void* s = e.bound[DNNL_ARG_SRC_1].get_data_handle();
+        void* out = e.bound[DNNL_ARG_DST].get_data_handle();
+        auto run = [&](auto* xs) {
+          using X = std::remove_const_t<std::remove_pointer_t<decltype(xs)>>;
+          if (s_bf16) af::scale_channels(xs, static_cast<const uint16_t*>(s), static_cast<X*>(out), outer, pixels, channels, per_batch);
+          else af::scale_channels(xs, static_cast<const float*>(s), static_cast<X*>(out), outer, pixels, channels, per_batch);
+        };
+        if (x_bf16) run(static_cast<const uint16_t*>(x));
+        else run(static_cast<const float*>(x));
       };
-      if (x_bf16) run(static_cast<const uint16_t*>(x));
-      else run(static_cast<const float*>(x));
-    };
-    own.kernel = "runtime channel scale";
-    execs.push_back(std::move(own));
-    return true;
+      own.kernel = "runtime channel scale";
+      execs.push_back(std::move(own));
+      return true;
+    }
+    return false;
   }
 
   // y = x·W + b for one row x (gemv.h): x dense in the step's compute type, W and b constants;
@@ -779,42 +784,45 @@ struct Partition::Impl {
   bool depthwise(int y, int x, int w, int b, const dnnl::convolution_forward::primitive_desc& pd,
                  const Dims& strides, const Dims& dilations, const Dims& pad_begin, int64_t groups,
                  const Acts& acts) {
-    const Dims in = val(x).shape, out = pd.dst_desc().get_dims(), ws = val(w).shape;
-    const Acts post = post_ops_of(acts);
-    const bool fits =
-        VECTORISED && compute == dt::bf16 && implemented_by(pd, "jit_dw") &&
-        in.size() == 4 && groups == in[1] && groups == out[1] && val(w).kind == Kind::Constant &&
-        ws[1] == 1 && ws[2] == ws[3] && strides[0] == strides[1] && depthwise_kernel_exists(ws[2], strides[0]) &&
-        dilations[0] == 1 && dilations[1] == 1 &&
-        std::all_of(post.begin(), post.end(), depthwise_act) &&
-        pd.src_desc() == channels_last(in, pd.src_desc().get_data_type()) &&
-        pd.dst_desc() == channels_last(out, pd.dst_desc().get_data_type());
-    if (!fits) return false;
-    const int64_t k = ws[2], stride = strides[0], c = in[1];
-    // the weight as [k, k, C] f32: one vector of taps per channel block
-    const memory taps = constant_as(w, memory::desc({c, 1, k, k}, dt::f32, Dims{1, 1, k * c, c}));
-    memory bias = b >= 0 ? constant_as(b, plain({c})) : memory(plain({c}), eng);
-    if (b < 0) std::fill_n(static_cast<float*>(bias.get_data_handle()), c, 0.f);
-    const DepthwiseShape shape{in[0], c, in[2], in[3], out[2], out[3], pad_begin[0], pad_begin[1]};
-    const bool x_bf16 = pd.src_desc().get_data_type() == dt::bf16, y_bf16 = pd.dst_desc().get_data_type() == dt::bf16;
-    Exec own{dnnl::primitive(), {use(DNNL_ARG_SRC, x), owned(DNNL_ARG_WEIGHTS, taps), owned(DNNL_ARG_BIAS, bias),
-                                 use(DNNL_ARG_DST, y)}, {}, node, step};
-    own.own = [=](Exec& e) {
-      const void* xs = e.bound[DNNL_ARG_SRC].get_data_handle();
-      const float* wt = static_cast<const float*>(e.bound[DNNL_ARG_WEIGHTS].get_data_handle());
-      const float* bs = static_cast<const float*>(e.bound[DNNL_ARG_BIAS].get_data_handle());
-      void* ys = e.bound[DNNL_ARG_DST].get_data_handle();
-      auto run = [&](auto* x_typed) {
-        if (y_bf16) depthwise_for(k, stride, x_typed, wt, bs, post.data(), int(post.size()), static_cast<uint16_t*>(ys), shape);
-        else depthwise_for(k, stride, x_typed, wt, bs, post.data(), int(post.size()), static_cast<float*>(ys), shape);
+    if constexpr (VECTORISED) {   // the runtime's own loops need AVX-512 (vector.h)
+      const Dims in = val(x).shape, out = pd.dst_desc().get_dims(), ws = val(w).shape;
+      const Acts post = post_ops_of(acts);
+      const bool fits =
+          compute == dt::bf16 && implemented_by(pd, "jit_dw") &&
+          in.size() == 4 && groups == in[1] && groups == out[1] && val(w).kind == Kind::Constant &&
+          ws[1] == 1 && ws[2] == ws[3] && strides[0] == strides[1] && depthwise_kernel_exists(ws[2], strides[0]) &&
+          dilations[0] == 1 && dilations[1] == 1 &&
+          std::all_of(post.begin(), post.end(), depthwise_act) &&
+          pd.src_desc() == channels_last(in, pd.src_desc().get_data_type()) &&
+          pd.dst_desc() == channels_last(out, pd.dst_desc().get_data_type());
+      if (!fits) return false;
+      const int64_t k = ws[2], stride = strides[0], c = in[1];
+      // the weight as [k, k, C] f32: one vector of taps per channel block
+      const memory taps = constant_as(w, memory::desc({c, 1, k, k}, dt::f32, Dims{1, 1, k * c, c}));
+      memory bias = b >= 0 ? constant_as(b, plain({c})) : memory(plain({c}), eng);
+      if (b < 0) std::fill_n(static_cast<float*>(bias.get_data_handle()), c, 0.f);
+      const DepthwiseShape shape{in[0], c, in[2], in[3], out[2], out[3], pad_begin[0], pad_begin[1]};
+      const bool x_bf16 = pd.src_desc().get_data_type() == dt::bf16, y_bf16 = pd.dst_desc().get_data_type() == dt::bf16;
+      Exec own{dnnl::primitive(), {use(DNNL_ARG_SRC, x), owned(DNNL_ARG_WEIGHTS, taps), owned(DNNL_ARG_BIAS, bias),
+                                   use(DNNL_ARG_DST, y)}, {}, node, step};
+      own.own = [=](Exec& e) {
+        const void* xs = e.bound[DNNL_ARG_SRC].get_data_handle();
+        const float* wt = static_cast<const float*>(e.bound[DNNL_ARG_WEIGHTS].get_data_handle());
+        const float* bs = static_cast<const float*>(e.bound[DNNL_ARG_BIAS].get_data_handle());
+        void* ys = e.bound[DNNL_ARG_DST].get_data_handle();
+        auto run = [&](auto* x_typed) {
+          if (y_bf16) depthwise_for(k, stride, x_typed, wt, bs, post.data(), int(post.size()), static_cast<uint16_t*>(ys), shape);
+          else depthwise_for(k, stride, x_typed, wt, bs, post.data(), int(post.size()), static_cast<float*>(ys), shape);
+        };
+        if (x_bf16) run(static_cast<const uint16_t*>(xs));
+        else run(static_cast<const float*>(xs));
       };
-      if (x_bf16) run(static_cast<const uint16_t*>(xs));
-      else run(static_cast<const float*>(xs));
-    };
-    own.kernel = "runtime depthwise";
-    execs.push_back(std::move(own));
-    if (Alg gate = gate_after(acts); gate != Alg::None) gate_over_dst(gate);
-    return true;
+      own.kernel = "runtime depthwise";
+      execs.push_back(std::move(own));
+      if (Alg gate = gate_after(acts); gate != Alg::None) gate_over_dst(gate);
+      return true;
+    }
+    return false;
   }
 
   // dst = src's mean over its pixels per batch and channel, summed by the gate of the step that
@@ -1473,28 +1481,30 @@ void Partition::layer_norm(int dst, int src, int scale, int bias, int residual, 
   int r = residual >= 0 ? m.ensure(residual, plain(m.val(residual).shape)) : -1;
   const memory::desc out = m.dense_result(dst);
   auto constant = [&](int key, int id) { return Impl::owned(key, m.constant_as(id, plain({cols}))); };
-  if (VECTORISED && out == plain(shape, out.get_data_type())) {   // the runtime's own (layernorm.h)
-    int y = m.produce(dst, out);
-    Exec own{dnnl::primitive(), {Impl::use(DNNL_ARG_SRC, x), Impl::use(DNNL_ARG_DST, y)}, {}, m.node, m.step};
-    if (r >= 0) own.args.push_back(Impl::use(DNNL_ARG_SRC_1, r));
-    if (scale >= 0) own.args.push_back(constant(DNNL_ARG_SCALE, scale));
-    if (bias >= 0) own.args.push_back(constant(DNNL_ARG_SHIFT, bias));
-    const bool to_bf16 = out.get_data_type() == dt::bf16;
-    own.own = [=](Exec& e) {
-      auto data = [&](int key) {
-        auto it = e.bound.find(key);
-        return it == e.bound.end() ? nullptr : static_cast<const float*>(it->second.get_data_handle());
+  if constexpr (VECTORISED) {   // the runtime's own loops need AVX-512 (vector.h)
+    if (out == plain(shape, out.get_data_type())) {   // the runtime's own (layernorm.h)
+      int y = m.produce(dst, out);
+      Exec own{dnnl::primitive(), {Impl::use(DNNL_ARG_SRC, x), Impl::use(DNNL_ARG_DST, y)}, {}, m.node, m.step};
+      if (r >= 0) own.args.push_back(Impl::use(DNNL_ARG_SRC_1, r));
+      if (scale >= 0) own.args.push_back(constant(DNNL_ARG_SCALE, scale));
+      if (bias >= 0) own.args.push_back(constant(DNNL_ARG_SHIFT, bias));
+      const bool to_bf16 = out.get_data_type() == dt::bf16;
+      own.own = [=](Exec& e) {
+        auto data = [&](int key) {
+          auto it = e.bound.find(key);
+          return it == e.bound.end() ? nullptr : static_cast<const float*>(it->second.get_data_handle());
+        };
+        const float *xs = data(DNNL_ARG_SRC), *rs = data(DNNL_ARG_SRC_1);
+        const float *g = data(DNNL_ARG_SCALE), *b = data(DNNL_ARG_SHIFT);
+        void* ys = e.bound[DNNL_ARG_DST].get_data_handle();
+        if (to_bf16) layer_norm_rows(xs, rs, g, b, static_cast<uint16_t*>(ys), rows, cols, epsilon);
+        else layer_norm_rows(xs, rs, g, b, static_cast<float*>(ys), rows, cols, epsilon);
       };
-      const float *xs = data(DNNL_ARG_SRC), *rs = data(DNNL_ARG_SRC_1);
-      const float *g = data(DNNL_ARG_SCALE), *b = data(DNNL_ARG_SHIFT);
-      void* ys = e.bound[DNNL_ARG_DST].get_data_handle();
-      if (to_bf16) layer_norm_rows(xs, rs, g, b, static_cast<uint16_t*>(ys), rows, cols, epsilon);
-      else layer_norm_rows(xs, rs, g, b, static_cast<float*>(ys), rows, cols, epsilon);
-    };
-    own.kernel = "runtime layernorm";
-    m.execs.push_back(std::move(own));
-    m.finish(dst, y);
-    return;
+      own.kernel = "runtime layernorm";
+      m.execs.push_back(std::move(own));
+      m.finish(dst, y);
+      return;
+    }
   }
   memory::desc md2 = plain({rows, cols});
   if (r >= 0) {   // x + residual first, into a temporary

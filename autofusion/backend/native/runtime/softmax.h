@@ -93,6 +93,11 @@ void softmax_rows(const float* x, Out* y, int64_t rows, int64_t cols, int64_t st
     }
   }
 }
+#else
+// declared only: the runtime calls it in `if constexpr (VECTORISED)` branches (vector.h)
+template <class Out>
+void softmax_rows(const float* x, Out* y, int64_t rows, int64_t cols, int64_t stride, bool log,
+                  const float* mask = nullptr, const int64_t* mask_rows = nullptr);
 #endif
 
 }  // namespace af
