@@ -115,11 +115,11 @@ class CompiledModel:
         before = torch.get_num_threads()
         self._use_threads()
         try:
-            partitions, source = native.build_partitions(plan, graph.name)
+            partitions, code = native.build_partitions(plan, graph.name)
         finally:
             if torch.get_num_threads() != before:
                 torch.set_num_threads(before)
-        return Program(graph, plan, partitions, source)
+        return Program(graph, plan, partitions, code.text())
 
     def _use_threads(self) -> None:
         if self.threads is not None and torch.get_num_threads() != self.threads:
@@ -152,7 +152,8 @@ class CompiledModel:
 
     @property
     def native_source(self) -> str:
-        """The generated C++ of the native partitions (of the unspecialised graph)."""
+        """The native partitions' programs (each the runtime calls it makes, written as C++
+        calls) and the generated kernels' C++."""
         return self.program.native_source
 
     @property

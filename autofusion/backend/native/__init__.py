@@ -1,21 +1,24 @@
-"""The native backend: plan partitions → generated C++ over oneDNN → one shared library.
+"""The native backend: plan partitions → programs (data) the prebuilt runtime over oneDNN
+builds and runs, and generated C++ loop nests for what oneDNN lacks.
 
-    impls.py    which ops run natively, their checks and C++ emitters (registered on import)
+    impls.py    which ops run natively, their checks and emitters (registered on import)
     kernels.py  automatic fusion regions → generated C++ loop nests
     rows.py     generated row kernels (RMS normalization)
-    emit.py     a plan's native partitions → one C++ source
+    program.py  a partition's program: its runtime calls as data, encoded for the runtime
+    emit.py     a plan's native partitions → programs, and its kernels' C++ source
     build.py    toolchain, flags, the on-disk cache of built libraries
-    library.py  loading a library and calling its partitions
+    library.py  loading the runtime and a model's kernels, building and calling partitions
     affinity.py pinning the OpenMP pool's workers, one CPU each
-    runtime/    the hand-written C++ the generated code calls (native.h, runtime.cpp)
+    runtime/    the hand-written C++: native.h (what a program calls), runtime.cpp,
+                program.cpp (reading programs), kernel.h (what a generated kernel is)
 """
 from __future__ import annotations
 
 from ..lower import Plan
 from . import impls, kernels, rows  # noqa: F401 - register the native implementations
 from .build import NativeBuildError, Toolchain, toolchain
-from .emit import emit_model
-from .library import NativeLibrary, NativePartition
+from .emit import NativeCode, emit_model
+from .library import KernelTable, NativeLibrary, NativePartition, runtime
 
 
 def unavailable() -> str | None:
@@ -24,19 +27,20 @@ def unavailable() -> str | None:
     return tc if isinstance(tc, str) else None
 
 
-def build_partitions(plan: Plan, model: str) -> tuple[dict[int, NativePartition], str]:
-    """Every native partition of the plan, built and loaded; and the generated source."""
-    source, bound = emit_model(plan, model)
-    if not bound:
-        return {}, source
+def build_partitions(plan: Plan, model: str) -> tuple[dict[int, NativePartition], NativeCode]:
+    """Every native partition of the plan, built and loaded; and its native code."""
+    code = emit_model(plan, model)
+    if not code.programs:
+        return {}, code
     tc = toolchain()
     assert isinstance(tc, Toolchain), tc
-    library = NativeLibrary.build(tc, source)
+    kernels = KernelTable(tc, code.kernels, len(code.kernel_names)) if code.kernel_names else None
     parts = {p.index: p for p in plan.partitions}
-    built = {k: NativePartition(library, b, parts[k].nodes) for k, b in bound.items()}
+    built = {k: NativePartition(runtime(tc), program, program.encode(), kernels, parts[k].nodes)
+             for k, program in code.programs.items()}
     for k, part in built.items():
         plan.kernels.update(zip(parts[k].nodes, part.kernels))
-    return built, source
+    return built, code
 
 
 __all__ = ["NativeBuildError", "NativePartition", "build_partitions", "unavailable"]

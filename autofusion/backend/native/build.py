@@ -1,12 +1,13 @@
 """Building native code: the toolchain, the flags, and the on-disk cache of shared libraries.
 
-Libraries: the runtime (runtime/runtime.cpp over oneDNN, built once per machine) and one per
-compiled model (its generated partitions, linked to the runtime; a fraction of a second to
-build); and, for a region a torch partition runs, one of its generated kernel alone. Each is
-cached under AUTOFUSION_CACHE_DIR (default: the user's cache directory) by a hash of its source,
-the compiler and its version, the flags, the CPU and the oneDNN version, so a second compile of
-the same model builds nothing. Builds write to a private file and rename it
-into place, under a file lock, so two processes compiling the same model at once are safe.
+Libraries: the runtime (runtime/*.cpp over oneDNN, built once per machine, which reads the
+partitions' programs: program.py), and one of generated kernels per model that has any (its
+regions' loop nests: kernels.py, rows.py; a fraction of a second to build, nothing to build for
+a model without). Each is cached under AUTOFUSION_CACHE_DIR (default: the user's cache
+directory) by a hash of its source, the compiler and its version, the flags, the CPU and the
+oneDNN version, so a second compile of the same model builds nothing. Builds write to a private
+file and rename it into place, under a file lock, so two processes compiling the same model at
+once are safe.
 """
 from __future__ import annotations
 
@@ -25,8 +26,9 @@ from ...errors import AutofusionError
 
 RUNTIME_DIR = Path(__file__).parent / "runtime"
 FLAGS = ("-O3", "-march=native", "-std=c++17", "-fopenmp", "-fPIC", "-shared")
-# straight-line calls and the generated kernels' loops (vectorised for this CPU, OpenMP)
-MODEL_FLAGS = ("-O2", "-march=native", "-fno-math-errno", "-std=c++17", "-fopenmp", "-fPIC", "-shared")
+RUNTIME_SOURCES = ("runtime.cpp", "program.cpp")
+# the generated kernels' loops (vectorised for this CPU, OpenMP)
+KERNEL_FLAGS = ("-O2", "-march=native", "-fno-math-errno", "-std=c++17", "-fopenmp", "-fPIC", "-shared")
 
 
 class NativeBuildError(AutofusionError):
@@ -43,7 +45,7 @@ class Toolchain:
 
     def key(self, *sources: str) -> str:
         h = hashlib.sha256()
-        for part in (self.compiler, self.version, " ".join(FLAGS + MODEL_FLAGS), self.onednn, _cpu(),
+        for part in (self.compiler, self.version, " ".join(FLAGS + KERNEL_FLAGS), self.onednn, _cpu(),
                      *sources):
             h.update(part.encode())
             h.update(b"\0")
@@ -121,36 +123,26 @@ def _headers() -> list[str]:
 
 def runtime_library(tc: Toolchain) -> Path:
     """The runtime library, built on first use."""
-    out = cache_dir() / f"libafrt-{tc.key(*_headers(), (RUNTIME_DIR / 'runtime.cpp').read_text())}.so"
-    return _build(tc, out, RUNTIME_DIR / "runtime.cpp", FLAGS,
+    sources = [RUNTIME_DIR / name for name in RUNTIME_SOURCES]
+    out = cache_dir() / f"libafrt-{tc.key(*_headers(), *(s.read_text() for s in sources))}.so"
+    return _build(tc, out, sources, FLAGS,
                   [f"-I{RUNTIME_DIR}", f"-I{tc.include}", f"-L{tc.lib}", link_name(tc.lib),
                    f"-Wl,-rpath,{tc.lib}"])
 
 
-def model_library(tc: Toolchain, source: str) -> Path:
-    """The shared library of one model's generated partitions, built unless cached."""
-    runtime = runtime_library(tc)
-    key = tc.key(source, *_headers(), runtime.name)
-    src = cache_dir() / f"model-{key}.cpp"
-    out = src.with_suffix(".so")
-    if not out.exists():
-        _write_atomic(src, source)
-    return _build(tc, out, src, MODEL_FLAGS,
-                  [f"-I{RUNTIME_DIR}", str(runtime), f"-Wl,-rpath,{runtime.parent}"])
-
-
 def kernel_library(tc: Toolchain, source: str) -> Path:
-    """A shared library of generated kernels alone (C entry points, no runtime, no oneDNN), built
-    unless cached: a region's kernel called from a torch partition."""
+    """A shared library of generated kernels (their table `af_kernels`, runtime/kernel.h; no
+    runtime, no oneDNN), built unless cached: a model's, or a region's called from a torch
+    partition."""
     key = tc.key(source, *_headers())
     src = cache_dir() / f"kernel-{key}.cpp"
     out = src.with_suffix(".so")
     if not out.exists():
         _write_atomic(src, source)
-    return _build(tc, out, src, MODEL_FLAGS, [f"-I{RUNTIME_DIR}"])
+    return _build(tc, out, [src], KERNEL_FLAGS, [f"-I{RUNTIME_DIR}"])
 
 
-def _build(tc: Toolchain, out: Path, src: Path, flags: tuple[str, ...], extra: list[str]) -> Path:
+def _build(tc: Toolchain, out: Path, sources: list[Path], flags: tuple[str, ...], extra: list[str]) -> Path:
     if out.exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -159,12 +151,12 @@ def _build(tc: Toolchain, out: Path, src: Path, flags: tuple[str, ...], extra: l
         if out.exists():
             return out
         tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-        cmd = [tc.compiler, *flags, str(src), "-o", str(tmp), *extra]
+        cmd = [tc.compiler, *flags, *map(str, sources), "-o", str(tmp), *extra]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
             tmp.unlink(missing_ok=True)
             tail = "\n".join(done.stderr.strip().splitlines()[-20:])
-            raise NativeBuildError(f"the C++ compiler failed on {src}:\n{tail}")
+            raise NativeBuildError(f"the C++ compiler failed on {', '.join(map(str, sources))}:\n{tail}")
         os.replace(tmp, out)
     return out
 

@@ -1,62 +1,67 @@
-"""The C++ emitter: a plan's native partitions → one source file of straight-line calls.
+"""The emitter: a plan's native partitions → one Program each (program.py), and the C++ of the
+generated kernels they call.
 
-Each partition becomes one function `partition_K(Partition& p)`: first its values (inputs and
-outputs by slot, constants by slot, intermediates with the plan's layout and lifetime), then one
-block per node, in plan order, naming the node and calling the runtime (runtime/native.h). What
-each node's call says comes from its implementation's emitter (impls.py); everything a call
-needs that is not in the IR (a weight transposed and scaled, a temporary) is declared here.
+Each partition's program first declares its values (inputs and outputs by slot, constants by
+slot, intermediates with the plan's layout and lifetime), then has one `node` call per node, in
+plan order, followed by the calls its implementation's emitter makes (impls.py) — what the
+runtime's Partition methods take (runtime/native.h). Everything a call needs that is not in the
+IR (a weight transposed and scaled, a temporary) is declared here. Generated kernels, from every
+partition of a model, go into one C++ source (its only C++) and one shared library.
 """
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from ...ir import Node, Value
 from ...ir.scalar import c_float
 from ..lower import Partition, Plan
+from .program import Acts, Call, Dims, Ids, Kernel, Name, Program
+
+__all__ = ["NativeCode", "PartitionSource", "c_float", "dims", "emit_model"]
 
 
-def dims(xs) -> str:
-    return "{" + ", ".join(str(int(x)) for x in xs) + "}"
-
-
-def c_string(s: str) -> str:
-    return json.dumps(s)   # a JSON string literal is a valid C++ one for printable text
+def dims(xs) -> Dims:
+    """Sizes for a call: ints, or symbolic dims the program evaluates per set of sizes."""
+    if any(x is None for x in xs):
+        raise AssertionError(f"dims {list(xs)}: an unknown dim cannot go into a native program")
+    return Dims(int(x) if isinstance(x, (int, np.integer)) else x for x in xs)
 
 
 @dataclass
-class NativeSource:
-    """What the Python side binds to a built partition: its entry in the library's table,
-    constant arrays by slot, inputs and outputs by slot."""
-    entry: int = 0
-    constants: list[np.ndarray] = field(default_factory=list)
-    inputs: list[Value] = field(default_factory=list)
-    outputs: list[Value] = field(default_factory=list)
+class NativeCode:
+    """A plan's native code: a program per native partition (by the partition's index) and the
+    C++ source of the generated kernels they call ("" when there are none)."""
+    programs: dict[int, Program]
+    kernels: str
+    kernel_names: list[str]
+
+    def text(self) -> str:
+        """Every program as the calls it makes, then the kernels' C++: what `native_source` shows."""
+        return "\n\n".join([*(p.text() for p in self.programs.values()), *([self.kernels] if self.kernels else [])])
 
 
 class PartitionSource:
     """One native partition being written: its value ids, declarations and steps."""
 
-    def __init__(self, part: Partition, plan: Plan):
+    def __init__(self, part: Partition, plan: Plan, kernels: list[tuple[str, str]]):
         self.part, self.plan = part, plan
-        self.ids: dict[int, int] = {}       # id(Value) → value id in the C++
-        self.definitions: list[str] = []    # functions the steps call (generated kernels)
-        self.decls: list[str] = []
-        self.steps: list[str] = []
-        self.bound = NativeSource(inputs=list(part.inputs), outputs=list(part.outputs))
-        self.step, self.count = -1, 0
+        self.kernels = kernels                # (name, source) of the model's generated kernels
+        self.ids: dict[int, int] = {}         # id(Value) → value id in the program
+        self.decls: list[Call] = []
+        self.steps: list[Call] = []
+        self.program = Program(part.index, "", inputs=list(part.inputs), outputs=list(part.outputs))
+        self.step, self.count, self.defined = -1, 0, 0
         for slot, v in enumerate(part.inputs):
-            self.decls.append(f"  p.input({self._new(v)}, {slot}, {dims(v.shape)});   // {v.name}")
+            self.decls.append(Call("input", (self._new(v), slot, dims(v.shape)), v.name))
         for slot, v in enumerate(part.outputs):
-            self.decls.append(f"  p.output({self._new(v)}, {slot}, {dims(v.shape)});   // {v.name}")
+            self.decls.append(Call("output", (self._new(v), slot, dims(v.shape)), v.name))
         for v, vp in part.values.items():
-            layout = "Layout::Plain" if vp.layout == "plain" else "Layout::Any"
-            extra = f", {self.bool(vp.bf16)}, {dims(vp.order)}" if vp.order else \
-                (", true" if vp.bf16 else "")
-            self.decls.append(f"  p.value({self._new(v)}, {dims(v.shape)}, {vp.first}, {vp.last}, "
-                              f"{layout}{extra});   // {v.name}")
+            layout = Name("Layout::Plain" if vp.layout == "plain" else "Layout::Any")
+            extra = (vp.bf16, dims(vp.order)) if vp.order else (True,) if vp.bf16 else ()
+            self.decls.append(Call("value", (self._new(v), dims(v.shape), vp.first, vp.last, layout, *extra),
+                                   v.name))
 
     def _new(self, v: Value | None) -> int:
         k, self.count = self.count, self.count + 1
@@ -91,76 +96,87 @@ class PartitionSource:
 
     def const(self, data: np.ndarray, name: str, key: Value | None = None) -> int:
         """A constant copied into the partition at load: a model constant or one prepared here."""
-        slot = len(self.bound.constants)
-        self.bound.constants.append(np.ascontiguousarray(data, dtype=np.float32))
+        slot = len(self.program.constants)
+        self.program.constants.append(np.ascontiguousarray(data, dtype=np.float32))
         k = self._new(key)
-        shape = data.shape or (1,)
-        self.decls.append(f"  p.constant({k}, {slot}, {dims(shape)});   // {name}")
+        self.decls.append(Call("constant", (k, slot, dims(data.shape or (1,))), name))
         return k
 
-    def temp(self, shape: list[int], plain: bool = False, bf16: bool = False) -> int:
+    def temp(self, shape: list, plain: bool = False, bf16: bool = False) -> int:
         """A value that lives within the current step only: dense or in the layout its writer
         picks; `bf16`: only a product in bf16 reads it."""
         k = self._new(None)
-        layout = "Layout::Plain" if plain else "Layout::Any"
-        self.decls.append(f"  p.value({k}, {dims(shape)}, {self.step}, {self.step}, {layout}"
-                          f"{', true' if bf16 else ''});   // temporary of step {self.step}")
+        layout = Name("Layout::Plain" if plain else "Layout::Any")
+        self.decls.append(Call("value", (k, dims(shape), self.step, self.step, layout, *((True,) if bf16 else ())),
+                               f"temporary of step {self.step}"))
         return k
 
-    def define(self, write) -> str:
-        """A function at file scope for the steps to call: `write(name)` gives its source."""
-        name = f"kernel_{self.part.index}_{len(self.definitions)}"
-        self.definitions.append(write(name))
-        return name
+    def define(self, write) -> Kernel:
+        """A generated kernel for the steps to call: `write(name)` gives its C++ source."""
+        name = f"kernel_{self.part.index}_{self.defined}"
+        self.defined += 1
+        self.kernels.append((name, write(name)))
+        return Kernel(len(self.kernels) - 1, name)
 
-    def in_place(self, node: Node, src: Value | None = None) -> str:
+    def in_place(self, node: Node, src: Value | None = None) -> bool:
         vp = self.part.values.get(node.outputs[0])
-        ok = vp is not None and vp.in_place_of is not None and (src is None or vp.in_place_of is src)
-        return "true" if ok else "false"
-
-    def acts(self, acts: list[tuple[str, float, float]]) -> str:
-        return "{" + ", ".join(f"{{Alg::{a}, {c_float(x)}, {c_float(y)}}}" for a, x, y in acts) + "}"
+        return vp is not None and vp.in_place_of is not None and (src is None or vp.in_place_of is src)
 
     @staticmethod
-    def float(x: float) -> str:
-        return c_float(x)
+    def acts(acts: list[tuple[str, float, float]]) -> Acts:
+        return Acts((a, float(x), float(y)) for a, x, y in acts)
 
     @staticmethod
-    def bool(x: bool) -> str:
-        return "true" if x else "false"
+    def ids_of(ids) -> Ids:
+        return Ids(int(i) for i in ids)
 
     @staticmethod
-    def call(method: str, *args) -> str:
-        return f"  p.{method}({', '.join(str(a) for a in args)});"
+    def float(x: float) -> float:
+        return float(x)
 
-    # ---- the whole function --------------------------------------------------------------------
-    def emit(self) -> str:
+    @staticmethod
+    def bool(x: bool) -> bool:
+        return bool(x)
+
+    @staticmethod
+    def name(text: str) -> Name:
+        return Name(text)
+
+    def call(self, method: str, *args) -> None:
+        self.steps.append(Call(method, tuple(args)))
+
+    # ---- the whole program ---------------------------------------------------------------------
+    def emit(self) -> Program:
         for step, n in enumerate(self.part.nodes):
             self.step = step
-            impl = self.plan.decisions[n].impl
-            bf16 = ", Precision::BF16" if self.plan.decisions[n].precision == "bf16" else ""
-            self.steps.append(f"  p.node({c_string(n.name)}{bf16});   // step {step}: {n.op}")
-            self.steps.append(impl.emit(n, self))
-        k = self.part.index
-        head = (f"// partition {k}: {len(self.part.nodes)} node(s); inputs "
-                f"{', '.join(v.name for v in self.part.inputs) or '-'}; outputs "
-                f"{', '.join(v.name for v in self.part.outputs)}")
-        return "\n\n".join([*self.definitions, "\n".join(
-            [head, f"static void partition_{k}(Partition& p) {{", *self.decls, *self.steps, "}"])])
+            precision = (Name("Precision::BF16"),) if self.plan.decisions[n].precision == "bf16" else ()
+            self.steps.append(Call("node", (Name(n.name), *precision), f"step {step}: {n.op}"))
+            self.plan.decisions[n].impl.emit(n, self)
+        part, program = self.part, self.program
+        program.head = (f"partition {part.index}: {len(part.nodes)} node(s); inputs "
+                        f"{', '.join(v.name for v in part.inputs) or '-'}; outputs "
+                        f"{', '.join(v.name for v in part.outputs)}")
+        program.calls = self.decls + self.steps
+        program.steps = len(part.nodes)
+        return program
 
 
-def emit_model(plan: Plan, model: str) -> tuple[str, dict[int, NativeSource]]:
-    """The C++ source of every native partition of a plan, and what each binds by slot."""
-    bodies, bound = [], {}
-    for part in plan.partitions:
-        if part.target != "native":
-            continue
-        src = PartitionSource(part, plan)
-        bodies.append(src.emit())
-        src.bound.entry = len(bound)
-        bound[part.index] = src.bound
-    names = ", ".join(f"partition_{k}" for k in bound)
-    source = "\n".join([f"// autofusion: native partitions of {c_string(model)[1:-1]}, generated",
-                        '#include "native.h"', '#include "scalar.h"', "", "using namespace af;", "",
-                        "\n\n".join(bodies), "", f"AF_PARTITIONS({names})", ""])
-    return source, bound
+KERNEL_HEADER = ["// autofusion: generated kernels", "#include <cstdint>", '#include "kernel.h"',
+                 '#include "scalar.h"', "", "using namespace af;", ""]
+
+
+def kernels_source(kernels: list[tuple[str, str]], title: str) -> str:
+    """One C++ source of generated kernels and their table, `af_kernels` (runtime/kernel.h)."""
+    if not kernels:
+        return ""
+    return "\n".join([f"// autofusion: generated kernels of {title}", *KERNEL_HEADER[1:],
+                      "\n\n".join(src for _, src in kernels), "",
+                      f"AF_KERNELS({', '.join(n for n, _ in kernels)})", ""])
+
+
+def emit_model(plan: Plan, model: str) -> NativeCode:
+    """Every native partition of a plan as a program, and its generated kernels' C++."""
+    kernels: list[tuple[str, str]] = []
+    programs = {part.index: PartitionSource(part, plan, kernels).emit()
+                for part in plan.partitions if part.target == "native"}
+    return NativeCode(programs, kernels_source(kernels, model), [n for n, _ in kernels])

@@ -24,7 +24,7 @@ from ...ir.shapes import opset_of
 from ..impl import Impl, implementations, register
 from .emit import PartitionSource, dims
 
-Emitter = Callable[[Node, PartitionSource], str]
+Emitter = Callable[[Node, PartitionSource], None]
 
 
 def native(*ops: str, check: Callable[[Node], str | None], plain: tuple[int, ...] | str = (),
@@ -133,17 +133,17 @@ def conv_residual(node: Node) -> Value | None:
 
 
 @native("Conv", fused("FusedConv"), check=check_conv, reduced=True, overwrites=conv_residual)
-def emit_conv(node: Node, p: PartitionSource) -> str:
+def emit_conv(node: Node, p: PartitionSource) -> None:
     """oneDNN convolution: layouts oneDNN picks, the weight reordered once (a computed one, a
     gate folded into it, on each call), bias, residual and activation as post-ops; the result
     written over the residual where the plan says this step reads it last."""
     nd = node.inputs[1].rank - 2
     pads = _conv_pads(node)
-    return p.call("conv", p.out(node), p.ref(node.inputs[0]), p.ref(node.inputs[1]),
-                  p.ref(node.input(2)), p.ref(node.input(3)),
-                  dims(node.attr("strides") or [1] * nd), dims(node.attr("dilations") or [1] * nd),
-                  dims(pads[:nd]), dims(pads[nd:]), node.attr("group", 1), p.acts(node_acts(node)),
-                  p.in_place(node))
+    p.call("conv", p.out(node), p.ref(node.inputs[0]), p.ref(node.inputs[1]),
+           p.ref(node.input(2)), p.ref(node.input(3)),
+           dims(node.attr("strides") or [1] * nd), dims(node.attr("dilations") or [1] * nd),
+           dims(pads[:nd]), dims(pads[nd:]), node.attr("group", 1), p.acts(node_acts(node)),
+           p.in_place(node))
 
 
 # ---- pooling ---------------------------------------------------------------------------------
@@ -178,13 +178,13 @@ def check_pool(node: Node) -> str | None:
 
 
 @native("MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", check=check_pool, tensors=(0,))
-def emit_pool(node: Node, p: PartitionSource) -> str:
+def emit_pool(node: Node, p: PartitionSource) -> None:
     """oneDNN pooling, in the layout of its input."""
     k, s, d, begin, end = _pool_window(node)
-    kind = ("Pool::Max" if "Max" in node.op_type else
-            "Pool::AvgIncludePad" if node.attr("count_include_pad", 0) else "Pool::AvgExcludePad")
-    return p.call("pool", p.out(node), p.ref(node.inputs[0]), kind, dims(k), dims(s), dims(d),
-                  dims(begin), dims(end))
+    kind = p.name("Pool::Max" if "Max" in node.op_type else
+                  "Pool::AvgIncludePad" if node.attr("count_include_pad", 0) else "Pool::AvgExcludePad")
+    p.call("pool", p.out(node), p.ref(node.inputs[0]), kind, dims(k), dims(s), dims(d),
+           dims(begin), dims(end))
 
 
 def check_spatial_mean(node: Node) -> str | None:
@@ -204,12 +204,12 @@ def check_spatial_mean(node: Node) -> str | None:
 
 
 @native("ReduceMean", check=check_spatial_mean, tensors=(0,))
-def emit_spatial_mean(node: Node, p: PartitionSource) -> str:
+def emit_spatial_mean(node: Node, p: PartitionSource) -> None:
     """oneDNN average pooling over the whole image, in the layout of its input."""
     spatial = list(node.inputs[0].shape[2:])
     ones, zeros = [1] * len(spatial), [0] * len(spatial)
-    return p.call("pool", p.out(node), p.ref(node.inputs[0]), "Pool::AvgExcludePad", dims(spatial),
-                  dims(ones), dims(ones), dims(zeros), dims(zeros))
+    p.call("pool", p.out(node), p.ref(node.inputs[0]), p.name("Pool::AvgExcludePad"), dims(spatial),
+           dims(ones), dims(ones), dims(zeros), dims(zeros))
 
 
 # A squeeze-excitation's mean of a SiLU's result (EfficientNet's): the runtime computes the SiLU
@@ -237,11 +237,11 @@ def check_mean_in_gate(node: Node) -> str | None:
 
 @native("GlobalAveragePool", "ReduceMean", check=check_mean_in_gate, tensors=(0,), name="in-gate",
         estimate=lambda node: 0.0)
-def emit_mean_in_gate(node: Node, p: PartitionSource) -> str:
+def emit_mean_in_gate(node: Node, p: PartitionSource) -> None:
     """The mean over the whole image, summed by the gate that writes its input as it writes (no
     pass of its own); oneDNN's pooling where the runtime finds the input's layout is not
     channels-innermost (runtime/native.h)."""
-    return p.call("mean_in_gate", p.out(node), p.ref(node.inputs[0]))
+    p.call("mean_in_gate", p.out(node), p.ref(node.inputs[0]))
 
 
 # ---- elementwise -----------------------------------------------------------------------------
@@ -278,10 +278,10 @@ def check_unary(node: Node) -> str | None:
 
 
 @native(*UNARY, check=check_unary, tensors=(0,), overwrites=lambda node: node.inputs[0])
-def emit_unary(node: Node, p: PartitionSource) -> str:
+def emit_unary(node: Node, p: PartitionSource) -> None:
     """oneDNN eltwise, in place where the plan allows."""
-    return p.call("eltwise", p.out(node), p.ref(node.inputs[0]), p.acts(UNARY[node.op](node)),
-                  p.in_place(node))
+    p.call("eltwise", p.out(node), p.ref(node.inputs[0]), p.acts(UNARY[node.op](node)),
+           p.in_place(node))
 
 
 BINARY = {"Add": "Bin::Add", "Sub": "Bin::Sub", "Mul": "Bin::Mul", "Div": "Bin::Div",
@@ -315,14 +315,14 @@ def check_binary(node: Node) -> str | None:
 
 
 @native(*BINARY, check=check_binary, overwrites=lambda node: _binary_operands(node)[0])
-def emit_binary(node: Node, p: PartitionSource) -> str:
+def emit_binary(node: Node, p: PartitionSource) -> None:
     """oneDNN binary, the second operand broadcast, in place where the plan allows."""
     full, other = _binary_operands(node)
     rank = full.rank
     b = p.ref(other) if other.const is None else \
         p.const(other.const.reshape((1,) * (rank - other.const.ndim) + other.const.shape), other.name)
-    return p.call("binary", p.out(node), p.ref(full), b, BINARY[node.op_type], "{}",
-                  p.in_place(node, full))
+    p.call("binary", p.out(node), p.ref(full), b, p.name(BINARY[node.op_type]), p.acts([]),
+           p.in_place(node, full))
 
 
 def check_batch_norm(node: Node) -> str | None:
@@ -332,10 +332,10 @@ def check_batch_norm(node: Node) -> str | None:
 
 
 @native("BatchNormalization", check=check_batch_norm)
-def emit_batch_norm(node: Node, p: PartitionSource) -> str:
+def emit_batch_norm(node: Node, p: PartitionSource) -> None:
     """oneDNN batch normalization with the model's statistics."""
-    return p.call("batch_norm", p.out(node), *(p.ref(node.inputs[i]) for i in range(5)),
-                  p.float(node.attr("epsilon", 1e-5)), "{}")
+    p.call("batch_norm", p.out(node), *(p.ref(node.inputs[i]) for i in range(5)),
+           p.float(node.attr("epsilon", 1e-5)), p.acts([]))
 
 
 # ---- reshapes, concat, transpose -------------------------------------------------------------
@@ -353,9 +353,9 @@ def check_view(node: Node) -> str | None:
 
 @native("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout", check=check_view,
         plain=(0,), tensors=(0,), view=True)
-def emit_view(node: Node, p: PartitionSource) -> str:
+def emit_view(node: Node, p: PartitionSource) -> None:
     """The same bytes seen with another shape: no work (a copy only into a partition output)."""
-    return p.call("reshape", p.out(node), p.ref(node.inputs[0]))
+    p.call("reshape", p.out(node), p.ref(node.inputs[0]))
 
 
 def check_concat(node: Node) -> str | None:
@@ -363,19 +363,19 @@ def check_concat(node: Node) -> str | None:
 
 
 @native("Concat", check=check_concat)
-def emit_concat(node: Node, p: PartitionSource) -> str:
+def emit_concat(node: Node, p: PartitionSource) -> None:
     """oneDNN concat over the inputs' layouts."""
     axis = node.attr("axis") % node.outputs[0].rank
-    return p.call("concat", p.out(node), "{" + ", ".join(str(p.ref(v)) for v in node.inputs) + "}", axis)
+    p.call("concat", p.out(node), p.ids_of(p.ref(v) for v in node.inputs), axis)
 
 
 @native("Transpose", check=lambda node: dense(node), view=True)
-def emit_transpose(node: Node, p: PartitionSource) -> str:
+def emit_transpose(node: Node, p: PartitionSource) -> None:
     """The input's bytes through permuted strides: a view, copied (one reorder) by the first
     reader that needs dense values; a reshape or a block of it is a view again."""
     rank = node.inputs[0].rank
     perm = node.attr("perm") or list(range(rank))[::-1]
-    return p.call("transpose", p.out(node), p.ref(node.inputs[0]), dims(perm))
+    p.call("transpose", p.out(node), p.ref(node.inputs[0]), dims(perm))
 
 
 def _block(node: Node) -> list[tuple[list[int], list[int]]] | None:
@@ -431,11 +431,11 @@ def check_block(node: Node) -> str | None:
 
 
 @native("Gather", "Slice", "Split", check=check_block, plain=(0,), tensors=(0,), view=True)
-def emit_block(node: Node, p: PartitionSource) -> str:
+def emit_block(node: Node, p: PartitionSource) -> None:
     """One block of the input (Gather by one index, Slice, each Split part): a view of its bytes
     from the block's first value, dense where the block is (a leading-axis slice)."""
-    return "\n".join(p.call("slice", p.out(node, j), p.ref(node.inputs[0]), dims(offsets), dims(sizes))
-                     for j, (offsets, sizes) in enumerate(_block(node)))
+    for j, (offsets, sizes) in enumerate(_block(node)):
+        p.call("slice", p.out(node, j), p.ref(node.inputs[0]), dims(offsets), dims(sizes))
 
 
 def check_softmax(node: Node) -> str | None:
@@ -449,12 +449,11 @@ def check_softmax(node: Node) -> str | None:
 
 
 @native("Softmax", "LogSoftmax", check=check_softmax)
-def emit_softmax(node: Node, p: PartitionSource) -> str:
+def emit_softmax(node: Node, p: PartitionSource) -> None:
     """oneDNN softmax over one axis."""
     rank = node.inputs[0].rank
     axis = node.attr("axis", -1 if opset_of(node) >= 13 else 1) % rank
-    return p.call("softmax", p.out(node), p.ref(node.inputs[0]), axis,
-                  "true" if node.op_type == "LogSoftmax" else "false")
+    p.call("softmax", p.out(node), p.ref(node.inputs[0]), axis, node.op_type == "LogSoftmax")
 
 
 # ---- matrix products -------------------------------------------------------------------------
@@ -512,7 +511,7 @@ def _same_rank(p: PartitionSource, v: Value, rank: int) -> int:
 
 
 @native("MatMul", "Gemm", fused("FusedMatMul"), check=check_matmul, reduced=True)
-def emit_matmul(node: Node, p: PartitionSource) -> str:
+def emit_matmul(node: Node, p: PartitionSource) -> None:
     """oneDNN matmul: a linear layer (constant B) on the weight reordered once, with bias,
     residual and activation as post-ops; else a batched product of two dense operands."""
     acts_ = node_acts(node) if node.domain else []
@@ -520,9 +519,9 @@ def emit_matmul(node: Node, p: PartitionSource) -> str:
     linear = _linear_weights(node)
     if linear is not None:
         w, bias = linear
-        return p.call("linear", p.out(node), p.ref(node.inputs[0]), p.const(w, node.inputs[1].name),
-                      -1 if bias is None else p.const(bias, f"{node.name}_bias"), p.acts(acts_),
-                      *residual)
+        p.call("linear", p.out(node), p.ref(node.inputs[0]), p.const(w, node.inputs[1].name),
+               -1 if bias is None else p.const(bias, f"{node.name}_bias"), p.acts(acts_), *residual)
+        return
     trans_a, trans_b, alpha, beta = _gemm_attrs(node)
     rank = node.outputs[0].rank
     a, b, c = node.inputs[0], node.inputs[1], node.input(2)
@@ -530,8 +529,8 @@ def emit_matmul(node: Node, p: PartitionSource) -> str:
     if c is not None:
         cref = p.const((c.const * np.float32(beta)).reshape((1,) * (rank - c.rank) + c.shape), c.name) \
             if c.const is not None else p.ref(c)
-    return p.call("matmul", p.out(node), _same_rank(p, a, rank), _same_rank(p, b, rank), cref,
-                  p.bool(trans_a), p.bool(trans_b), p.float(alpha), p.acts(acts_), *residual)
+    p.call("matmul", p.out(node), _same_rank(p, a, rank), _same_rank(p, b, rank), cref,
+           p.bool(trans_a), p.bool(trans_b), p.float(alpha), p.acts(acts_), *residual)
 
 
 def check_pool_gemm(node: Node) -> str | None:
@@ -546,7 +545,7 @@ def check_pool_gemm(node: Node) -> str | None:
 
 
 @native(fused("PoolGemm"), check=check_pool_gemm, reduced=True)
-def emit_pool_gemm(node: Node, p: PartitionSource) -> str:
+def emit_pool_gemm(node: Node, p: PartitionSource) -> None:
     """Global average pooling into a dense temporary (summed by the gate that writes the input,
     where one does), then the linear layer."""
     x, w, c = node.inputs[0], node.inputs[1].const, node.input(2)
@@ -560,13 +559,13 @@ def emit_pool_gemm(node: Node, p: PartitionSource) -> str:
         c.name)
     k = list(x.shape[2:])
     zeros, ones = dims([0] * len(k)), dims([1] * len(k))
-    pool = (p.call("mean_in_gate", pooled, p.ref(x)) if gated(x) is None else
-            p.call("pool", pooled, p.ref(x), "Pool::AvgExcludePad", dims(k), ones, ones, zeros, zeros))
-    return "\n".join([
-        pool,
-        p.call("reshape", rows, pooled),
-        p.call("linear", p.out(node), rows,
-               p.const(np.ascontiguousarray(weight, np.float32), node.inputs[1].name), bias, "{}")])
+    if gated(x) is None:
+        p.call("mean_in_gate", pooled, p.ref(x))
+    else:
+        p.call("pool", pooled, p.ref(x), p.name("Pool::AvgExcludePad"), dims(k), ones, ones, zeros, zeros)
+    p.call("reshape", rows, pooled)
+    p.call("linear", p.out(node), rows, p.const(np.ascontiguousarray(weight, np.float32), node.inputs[1].name),
+           bias, p.acts([]))
 
 
 # ---- normalization and attention -------------------------------------------------------------
@@ -582,13 +581,13 @@ def check_layer_norm(node: Node) -> str | None:
 
 
 @native(fused("LayerNorm"), check=check_layer_norm, plain=(0, 3))
-def emit_layer_norm(node: Node, p: PartitionSource) -> str:
+def emit_layer_norm(node: Node, p: PartitionSource) -> None:
     """Layer normalization over the trailing axes of x (+ the residual): the runtime's own row loop
     where the result is dense (runtime/layernorm.h), else oneDNN's binary add and layer
     normalization."""
     axis = _norm_axis(node)
-    return p.call("layer_norm", p.out(node), p.ref(node.inputs[0]), p.ref(node.input(1)),
-                  p.ref(node.input(2)), p.ref(node.input(3)), axis, p.float(node.attr("epsilon", 1e-5)))
+    p.call("layer_norm", p.out(node), p.ref(node.inputs[0]), p.ref(node.input(1)),
+           p.ref(node.input(2)), p.ref(node.input(3)), axis, p.float(node.attr("epsilon", 1e-5)))
 
 
 def check_onnx_layer_norm(node: Node) -> str | None:
@@ -603,10 +602,10 @@ def check_onnx_layer_norm(node: Node) -> str | None:
 
 
 @native("LayerNormalization", check=check_onnx_layer_norm, plain=(0,), tensors=(0,))
-def emit_onnx_layer_norm(node: Node, p: PartitionSource) -> str:
+def emit_onnx_layer_norm(node: Node, p: PartitionSource) -> None:
     """ONNX's LayerNormalization (its Mean and InvStdDev outputs unused) as the fused LayerNorm."""
-    return p.call("layer_norm", p.out(node), p.ref(node.inputs[0]), p.ref(node.input(1)),
-                  p.ref(node.input(2)), -1, _norm_axis(node), p.float(node.attr("epsilon", 1e-5)))
+    p.call("layer_norm", p.out(node), p.ref(node.inputs[0]), p.ref(node.input(1)),
+           p.ref(node.input(2)), -1, _norm_axis(node), p.float(node.attr("epsilon", 1e-5)))
 
 
 def check_norm_matmul(node: Node) -> str | None:
@@ -618,18 +617,17 @@ def check_norm_matmul(node: Node) -> str | None:
 
 
 @native(fused("NormMatMul"), check=check_norm_matmul, plain=(0, 3), reduced=True)
-def emit_norm_matmul(node: Node, p: PartitionSource) -> str:
+def emit_norm_matmul(node: Node, p: PartitionSource) -> None:
     """Layer norm without affine (the rule folded it into the weight) into a dense temporary,
     then the linear layer."""
     x = node.inputs[0]
     w, bias = _linear_weights(node)
     # the normed rows only the product reads: in bf16 when it runs in bf16
     normed = p.temp(list(x.shape), plain=True, bf16=p.plan.decisions[node].precision == "bf16")
-    return "\n".join([
-        p.call("layer_norm", normed, p.ref(x), -1, -1, p.ref(node.input(3)), x.rank - 1,
-               p.float(node.attr("epsilon", 1e-5))),
-        p.call("linear", p.out(node), normed, p.const(w, node.inputs[1].name),
-               -1 if bias is None else p.const(bias, f"{node.name}_bias"), p.acts(node_acts(node)))])
+    p.call("layer_norm", normed, p.ref(x), -1, -1, p.ref(node.input(3)), x.rank - 1,
+           p.float(node.attr("epsilon", 1e-5)))
+    p.call("linear", p.out(node), normed, p.const(w, node.inputs[1].name),
+           -1 if bias is None else p.const(bias, f"{node.name}_bias"), p.acts(node_acts(node)))
 
 
 def check_attention(node: Node) -> str | None:
@@ -652,9 +650,9 @@ def check_attention(node: Node) -> str | None:
 
 @native(fused("Attention"), check=check_attention, plain=(0, 1, 2, 3), reduced=True,
         reorders_output=True)
-def emit_attention(node: Node, p: PartitionSource) -> str:
+def emit_attention(node: Node, p: PartitionSource) -> None:
     """q·kᵀ with the scale and mask as post-ops, softmax, then ·v: three oneDNN primitives."""
     mask = node.input(3)
     m = -1 if mask is None else _same_rank(p, mask, node.inputs[0].rank)
-    return p.call("attention", p.out(node), p.ref(node.inputs[0]), p.ref(node.inputs[1]),
-                  p.ref(node.inputs[2]), m, p.float(node.attr("scale", 1.0)))
+    p.call("attention", p.out(node), p.ref(node.inputs[0]), p.ref(node.inputs[1]),
+           p.ref(node.inputs[2]), m, p.float(node.attr("scale", 1.0)))

@@ -53,7 +53,7 @@ from ...ir.fused_ops import typed_body
 from ...ir.region_space import VIEWS, LayoutError, Space, data_inputs
 from ...ir.scalar import ROW_OPS, c_float, expression
 from .build import vector_lanes
-from .emit import PartitionSource
+from .emit import PartitionSource, dims
 from .impls import native
 
 PARALLEL_ELEMENTS = 1 << 15   # below this, one thread is faster than waking the others
@@ -331,7 +331,7 @@ def _name_values(b: _Body) -> None:
 
 def _header(node: Node, b: _Body, fn: str) -> list[str]:
     lines = [f"// {node.attrs['kernel']}: {len(b.body.nodes)} op(s) over {list(b.sizes)}",
-             f"static void {fn}(const float* const* in, float* const* out) {{"]
+             f"static void {fn}(const float* const* in, float* const* out, const int64_t* d) {{"]
     lines += [f"  const float* in{i} = in[{i}];" for i in range(len(b.body.inputs))]
     lines += [f"  float* out{j} = out[{j}];" for j in range(len(b.outs))]
     return lines
@@ -500,10 +500,9 @@ def _row_source(node: Node, b: _Body, fn: str) -> str:
 
 
 @native(fused("Region"), check=refusal, plain="all", name="generated")
-def emit_region(node: Node, p: PartitionSource) -> str:
+def emit_region(node: Node, p: PartitionSource) -> None:
     """A generated C++ loop nest over the region's iteration space (kernels.py)."""
     orders = ([p.order(v) for v in node.inputs], [p.order(v) for v in node.outputs])
     fn = p.define(lambda name: kernel_source(node, name, orders=orders))
-    outs = "{" + ", ".join(str(p.out(node, j)) for j in range(len(node.outputs))) + "}"
-    ins = "{" + ", ".join(str(p.ref(v)) for v in node.inputs) + "}"
-    return p.call("kernel", fn, outs, ins)
+    p.call("kernel", fn, p.ids_of(p.out(node, j) for j in range(len(node.outputs))),
+           p.ids_of(p.ref(v) for v in node.inputs), dims([]))

@@ -1,12 +1,17 @@
-"""Loading a built model library and calling its partitions from Python.
+"""Loading the runtime and a model's kernels, building partitions from their programs, and
+calling them from Python.
 
-A NativePartition is built once (oneDNN primitives created, weights reordered, the arena
-allocated) and then called with torch tensors: it allocates the outputs, passes the data
-pointers of inputs and outputs, and runs every step of the partition in one C call.
+The runtime library (runtime/*.cpp) is loaded once per process; a model's generated kernels, if
+it has any, are one more library whose table `af_kernels` the partitions' programs index. A
+NativePartition is built once per set of sizes (its program evaluated for them, the oneDNN
+primitives created, weights reordered, the arena allocated) and then called with torch tensors:
+it allocates the outputs, passes the data pointers of inputs and outputs, and runs every step
+of the partition in one C call.
 """
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 import threading
 import weakref
@@ -16,8 +21,9 @@ import torch
 
 from ...errors import KernelBuildError, NodeExecutionError
 from ...ir import Node
-from .build import Toolchain, model_library
-from .emit import NativeSource
+from ...ir.symbolic import evaluate
+from .build import Toolchain, kernel_library, runtime_library
+from .program import Encoded, Program
 
 _c = ctypes.c_void_p
 OUTPUT_BATCH, OUTPUT_BATCH_BYTES = 8, 1 << 20   # outputs made ahead: at most 8 calls', 1 MiB
@@ -25,10 +31,12 @@ NOT_FINITE = 2   # af_run's answer where an input it was to check holds NaN or a
 
 
 class NativeLibrary:
+    """The runtime library: builds partitions from programs and runs them."""
+
     def __init__(self, path: Path):
         lib = self.lib = ctypes.CDLL(str(path))
-        lib.af_partition.restype, lib.af_partition.argtypes = _c, [ctypes.c_int]
-        lib.af_build.restype, lib.af_build.argtypes = _c, [_c, ctypes.POINTER(_c)]
+        lib.af_build.restype = _c
+        lib.af_build.argtypes = [_c, ctypes.c_int64, ctypes.POINTER(ctypes.c_char_p), _c, _c]
         lib.af_run.restype = ctypes.c_int
         lib.af_run.argtypes = [_c, ctypes.POINTER(_c), ctypes.POINTER(_c), ctypes.c_int, ctypes.c_int]
         lib.af_free.restype, lib.af_free.argtypes = None, [_c]
@@ -44,10 +52,6 @@ class NativeLibrary:
         lib.af_pin_workers.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int]
         self.path = path
 
-    @classmethod
-    def build(cls, tc: Toolchain, source: str) -> "NativeLibrary":
-        return cls(model_library(tc, source))
-
     def error(self) -> str:
         return self.lib.af_error().decode(errors="replace")
 
@@ -60,25 +64,51 @@ class NativeLibrary:
         return self.lib.af_pin_workers((ctypes.c_int * len(cpus))(*cpus), len(cpus))
 
 
-class NativePartition:
-    """One native partition, callable with its input tensors; returns its output tensors."""
+def runtime(tc: Toolchain) -> NativeLibrary:
+    """The runtime, built on this machine's first use (in the cache directory in use) and loaded
+    once per process."""
+    return _loaded(runtime_library(tc))
 
-    def __init__(self, library: NativeLibrary, bound: NativeSource, nodes: list[Node]):
+
+@functools.lru_cache(maxsize=None)
+def _loaded(path: Path) -> NativeLibrary:
+    return NativeLibrary(path)
+
+
+class KernelTable:
+    """A model's generated kernels: their library, built unless cached, and their addresses."""
+
+    def __init__(self, tc: Toolchain, source: str, count: int):
+        self.path = kernel_library(tc, source)
+        self.lib = ctypes.CDLL(str(self.path))
+        self.pointers = (_c * count).in_dll(self.lib, "af_kernels")
+
+
+class NativePartition:
+    """One native partition built for one set of sizes, callable with its input tensors; returns
+    its output tensors."""
+
+    def __init__(self, library: NativeLibrary, program: Program, encoded: Encoded,
+                 kernels: KernelTable | None, nodes: list[Node], sizes: tuple[int, ...] = ()):
         self.library, self.nodes = library, {n.name: n for n in nodes}
         lib = library.lib
-        consts = (_c * max(len(bound.constants), 1))(*[a.ctypes.data for a in bound.constants])
-        handle = lib.af_build(lib.af_partition(bound.entry), consts)
+        words = encoded.words_for(sizes)
+        strings = (ctypes.c_char_p * max(len(encoded.strings), 1))(*[s.encode() for s in encoded.strings])
+        consts = (_c * max(len(program.constants), 1))(*[a.ctypes.data for a in program.constants])
+        handle = lib.af_build(words.ctypes.data, len(words), strings, consts,
+                              kernels.pointers if kernels is not None else None)
         if not handle:
             node, message = self._node_of(library.error())
             raise KernelBuildError(f"{node.describe() if node else _partition(nodes)}: {message}")
         self.handle = handle
         self.arena_bytes = lib.af_arena_bytes(handle)
         weakref.finalize(self, lib.af_free, handle)
-        self.steps = len(nodes)   # one per node, in the partition's order
+        self.steps = program.steps   # one per node, in the partition's order
         self.kernels = self._kernels()
-        self.out_shapes = [tuple(v.shape) for v in bound.outputs]
-        self.in_types = [(v.name, torch.Size(v.shape)) for v in bound.inputs]
-        self.n_in, self.n_out = len(bound.inputs), len(bound.outputs)
+        values = dict(zip(encoded.symbols, sizes))
+        self.out_shapes = [tuple(evaluate(d, values) for d in v.shape) for v in program.outputs]
+        self.in_types = [(v.name, torch.Size(evaluate(d, values) for d in v.shape)) for v in program.inputs]
+        self.n_in, self.n_out = len(program.inputs), len(program.outputs)
         self._run = lib.af_run
         self._lock = threading.Lock()   # one arena: calls from several threads take turns
         self._in_ptrs, self._out_ptrs = (_c * max(self.n_in, 1))(), (_c * max(self.n_out, 1))()

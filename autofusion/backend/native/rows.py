@@ -14,7 +14,7 @@ import math
 from ...ir import Node
 from ...ir.builder import fused
 from ...ir.scalar import c_float
-from .emit import PartitionSource
+from .emit import PartitionSource, dims
 from .impls import _linear_weights, constant, dense, first, native, node_acts
 from .kernels import PARALLEL_ELEMENTS
 
@@ -27,7 +27,7 @@ def rms_norm_source(fn: str, rows: int, cols: int, epsilon: float, scale: bool,
     parallel = "#pragma omp parallel for schedule(static)" if rows > 1 and rows * cols >= PARALLEL_ELEMENTS else ""
     return "\n".join(filter(None, [
         f"// RMS normalization of {rows} row(s) of {cols}",
-        f"static void {fn}(const float* const* in, float* const* out) {{",
+        f"static void {fn}(const float* const* in, float* const* out, const int64_t* d) {{",
         f"  {parallel}" if parallel else None,
         f"  for (int64_t i = 0; i < {rows}; ++i) {{",
         f"    const float* x = in[{slot['x']}] + i * {cols};",
@@ -60,7 +60,7 @@ def check_rms_norm(node: Node) -> str | None:
 
 
 @native(fused("RMSNorm"), check=check_rms_norm, plain="all", name="generated")
-def emit_rms_norm(node: Node, p: PartitionSource) -> str:
+def emit_rms_norm(node: Node, p: PartitionSource) -> None:
     """A generated pass per row (rows.py)."""
     axis = node.attr("axis", -1) % node.inputs[0].rank
     rows, cols = _rows(node, axis)
@@ -68,7 +68,7 @@ def emit_rms_norm(node: Node, p: PartitionSource) -> str:
     fn = p.define(lambda name: rms_norm_source(name, rows, cols, node.attr("epsilon", 1e-6),
                                                scale is not None, False))
     ins = [p.ref(node.inputs[0])] + ([p.const(scale.const.reshape(-1), scale.name)] if scale is not None else [])
-    return p.call("kernel", fn, "{" + str(p.out(node)) + "}", "{" + ", ".join(map(str, ins)) + "}")
+    p.call("kernel", fn, p.ids_of([p.out(node)]), p.ids_of(ins), dims([]))
 
 
 def check_rms_norm_matmul(node: Node) -> str | None:
@@ -81,7 +81,7 @@ def check_rms_norm_matmul(node: Node) -> str | None:
 
 @native(fused("NormMatMul"), check=check_rms_norm_matmul, plain=(0, 3), name="generated",
         reduced=True)
-def emit_rms_norm_matmul(node: Node, p: PartitionSource) -> str:
+def emit_rms_norm_matmul(node: Node, p: PartitionSource) -> None:
     """RMS normalization of (x + residual) into a dense temporary (a generated pass per row),
     then oneDNN's linear layer on the weight the rule folded the scale into."""
     x, residual = node.inputs[0], node.input(3)
@@ -91,7 +91,6 @@ def emit_rms_norm_matmul(node: Node, p: PartitionSource) -> str:
     fn = p.define(lambda name: rms_norm_source(name, rows, cols, node.attr("epsilon", 1e-6), False,
                                                residual is not None))
     ins = [p.ref(x)] + ([p.ref(residual)] if residual is not None else [])
-    return "\n".join([
-        p.call("kernel", fn, "{" + str(normed) + "}", "{" + ", ".join(map(str, ins)) + "}"),
-        p.call("linear", p.out(node), normed, p.const(w, node.inputs[1].name),
-               -1 if bias is None else p.const(bias, f"{node.name}_bias"), p.acts(node_acts(node)))])
+    p.call("kernel", fn, p.ids_of([normed]), p.ids_of(ins), dims([]))
+    p.call("linear", p.out(node), normed, p.const(w, node.inputs[1].name),
+           -1 if bias is None else p.const(bias, f"{node.name}_bias"), p.acts(node_acts(node)))

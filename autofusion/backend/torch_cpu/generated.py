@@ -1,11 +1,9 @@
 """The generated kernel of an automatic fusion region, called from a torch partition.
 
 The C++ loop nest a native partition runs for the region (native/kernels.py) is built alone into
-a small shared library with one C entry point, `af_region(in, out)` over the pointers of its
-dense float32 operands (the kernels' own signature, `KernelFn` in runtime/native.h), through the
-native backend's toolchain and disk cache (native/build.py `kernel_library`), and loaded with
-ctypes. It includes scalar.h alone, not native.h: the C++ library headers that one pulls in
-would triple each kernel's build. One call then replaces the body's PyTorch calls (region.py,
+a small shared library, a kernel table of one (runtime/kernel.h: a function over the pointers of
+its dense float32 operands), through the native backend's toolchain and disk cache
+(native/build.py `kernel_library`), and loaded with ctypes. One call then replaces the body's PyTorch calls (region.py,
 op by op) and the intermediates they write to memory. Lowering picks it by cost where its check
 accepts: static shapes and a C++ compiler, as for native code; elsewhere the region runs op by
 op and the plan says why.
@@ -17,8 +15,6 @@ native partitions do.
 from __future__ import annotations
 
 import ctypes
-from pathlib import Path
-
 import torch
 
 from ...errors import KernelBuildError
@@ -26,11 +22,11 @@ from ...ir import Node
 from ...ir.builder import fused
 from .. import native
 from ..impl import Impl, register
-from ..native.build import NativeBuildError, kernel_library, toolchain
+from ..native.build import NativeBuildError, toolchain
+from ..native.emit import kernels_source
 from ..native.kernels import kernel_source
 from ..native.kernels import refusal as kernel_refusal
-
-ENTRY = "af_region"
+from ..native.library import KernelTable
 
 
 def refusal(node: Node) -> str | None:
@@ -41,35 +37,26 @@ def refusal(node: Node) -> str | None:
     return kernel_refusal(node)
 
 
+KERNEL = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+
+
 def library_source(node: Node) -> str:
-    """The region's kernel and its C entry point, one translation unit. Nothing in it names the
-    node, so the same region in every block of a model is one library, built once."""
-    return "\n".join([
-        f"// autofusion: {node.attrs['kernel']}, called from PyTorch",
-        "#include <cstdint>", '#include "scalar.h"', "", "using namespace af;", "",
-        kernel_source(node, "region_kernel"), "",
-        f'extern "C" void {ENTRY}(const float* const* in, float* const* out) {{ region_kernel(in, out); }}',
-        ""])
-
-
-def load_entry(path: Path):
-    """The kernel's C function in the built library."""
-    try:
-        fn = getattr(ctypes.CDLL(str(path)), ENTRY)
-    except (OSError, AttributeError) as e:
-        raise KernelBuildError(f"its generated kernel {path} does not load: {e}") from None
-    fn.restype, fn.argtypes = None, [ctypes.POINTER(ctypes.c_void_p)] * 2
-    return fn
+    """The region's kernel as a table of one. Nothing in it names the node, so the same region
+    in every block of a model is one library, built once."""
+    return kernels_source([("region_kernel", kernel_source(node, "region_kernel"))],
+                          f"{node.attrs['kernel']}, called from PyTorch")
 
 
 def generated_kernel(node: Node):
     """The region's generated C++ kernel, one call over its operands."""
     tc = toolchain()
     try:
-        path = kernel_library(tc, library_source(node))
+        table = KernelTable(tc, library_source(node), 1)
     except NativeBuildError as e:
         raise KernelBuildError(f"its generated kernel does not build: {e}") from None
-    entry = load_entry(path)
+    except (OSError, ValueError) as e:
+        raise KernelBuildError(f"its generated kernel does not load: {e}") from None
+    entry = KERNEL(table.pointers[0])
     ins = [(v.name, torch.Size(v.shape)) for v in node.inputs]
     out_shapes = [tuple(v.shape) for v in node.outputs]
     n_in, n_out = ctypes.c_void_p * len(ins), ctypes.c_void_p * len(out_shapes)
@@ -82,9 +69,10 @@ def generated_kernel(node: Node):
                                    f"says float32{list(shape)}")
         xs = [x.contiguous() for x in xs]
         outs = [torch.empty(s) for s in out_shapes]
-        entry(n_in(*[x.data_ptr() for x in xs]), n_out(*[o.data_ptr() for o in outs]))
+        entry(n_in(*[x.data_ptr() for x in xs]), n_out(*[o.data_ptr() for o in outs]), None)
         return tuple(outs) if len(outs) > 1 else outs[0]
-    run.library = path
+    run.library = table.path
+    run.table = table   # the library stays loaded while the kernel lives
     return run
 
 

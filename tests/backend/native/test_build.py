@@ -32,13 +32,35 @@ def cache(tmp_path_factory):
         yield path
 
 
-def test_a_second_compile_builds_nothing(cache):
+def gated_graph(n: int = 8) -> Graph:
+    """x·sigmoid(x) + 1: an automatic fusion region, a generated kernel."""
+    g = Graph("gated", {"": 21})
+    x = g.add_input("x", (2, n), DType.FLOAT)
+    op = GraphBuilder(g)
+    g.outputs = [op.Add(op.Mul(x, op.Sigmoid(x)), op.constant(np.ones((), np.float32), "one"))]
+    return g
+
+
+def libraries(cache) -> dict[str, int]:
+    return {p.name: p.stat().st_mtime_ns for p in cache.iterdir() if p.name.endswith(".so")}
+
+
+def test_a_model_without_generated_kernels_builds_no_cpp(cache):
     autofusion.compile(relu_graph(), backend="native")
-    files = {p.name: p.stat().st_mtime_ns for p in cache.iterdir()}
-    assert sum(n.endswith(".so") for n in files) == 2   # the runtime and the model
-    model = autofusion.compile(relu_graph(), backend="native")
-    assert {p.name: p.stat().st_mtime_ns for p in cache.iterdir()} == files
-    np.testing.assert_array_equal(model(np.array([[-1.0] * 8, [2.0] * 8], np.float32))[1], [2.0] * 8)
+    assert [n.startswith("libafrt-") for n in libraries(cache)] == [True]   # the runtime alone
+    model = autofusion.compile(relu_graph(12), backend="native")
+    assert len(libraries(cache)) == 1
+    np.testing.assert_array_equal(model(np.array([[-1.0] * 12, [2.0] * 12], np.float32))[1], [2.0] * 12)
+
+
+def test_a_second_compile_builds_nothing(cache):
+    autofusion.compile(gated_graph(), backend="native")
+    files = libraries(cache)
+    assert sum(n.startswith("kernel-") for n in files) == 1   # the model's kernels, beside the runtime
+    model = autofusion.compile(gated_graph(), backend="native")
+    assert libraries(cache) == files
+    x = np.array([[-1.0] * 8, [2.0] * 8], np.float32)
+    np.testing.assert_allclose(model(x), x / (1 + np.exp(-x)) + 1, rtol=1e-6)
 
 
 def test_two_processes_building_one_model_at_once(cache):
@@ -54,8 +76,8 @@ def test_two_processes_building_one_model_at_once(cache):
 
 
 def test_a_compiler_error_names_the_generated_source(cache):
-    with pytest.raises(build.NativeBuildError, match=r"model-\w+\.cpp"):
-        build.model_library(build.toolchain(), "this is not C++;")
+    with pytest.raises(build.NativeBuildError, match=r"kernel-\w+\.cpp"):
+        build.kernel_library(build.toolchain(), "this is not C++;")
 
 
 def test_without_a_compiler_the_torch_backend_runs_and_the_report_says_so(monkeypatch, cache):

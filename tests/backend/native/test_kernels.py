@@ -269,7 +269,7 @@ def test_the_compiler_vectorises_the_inner_loop(tmp_path, make):
     text = '#include "native.h"\n#include "scalar.h"\nusing namespace af;\n' + \
         kernel_source(make().nodes[0], "kernel_0_0", lanes=1).replace("static ", "")
     src.write_text(text)
-    done = subprocess.run([tc.compiler, *build.MODEL_FLAGS, "-c", str(src), "-o", str(tmp_path / "k.o"),
+    done = subprocess.run([tc.compiler, *build.KERNEL_FLAGS, "-c", str(src), "-o", str(tmp_path / "k.o"),
                            f"-I{build.RUNTIME_DIR}", "-fopt-info-vec-optimized"],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
@@ -292,7 +292,7 @@ def test_the_16_lane_form_is_straight_vector_code(tmp_path):
     src = tmp_path / "k.cpp"
     src.write_text('#include "scalar.h"\nusing namespace af;\n' +
                    kernel_source(silu_scale().nodes[0], "kernel_0_0", lanes=16).replace("static ", ""))
-    done = subprocess.run([tc.compiler, *build.MODEL_FLAGS, "-S", str(src), "-o", str(tmp_path / "k.s"),
+    done = subprocess.run([tc.compiler, *build.KERNEL_FLAGS, "-S", str(src), "-o", str(tmp_path / "k.s"),
                            f"-I{build.RUNTIME_DIR}"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     asm = (tmp_path / "k.s").read_text()

@@ -1,13 +1,13 @@
-// The native runtime's interface: what a generated partition calls.
+// The native runtime's interface: what a partition's program calls.
 //
-// A Partition is one native partition of a compiled model: its values (partition inputs and
-// outputs bound to the caller's buffers on every run, constants copied in once, intermediates
-// in one arena), and its steps, one per graph node, each one or more oneDNN primitives created
-// once. Generated code declares the values with the plan's layouts and lifetimes, then calls one
+// A Partition is one native partition of a compiled model, set up for one set of sizes: its
+// values (partition inputs and outputs bound to the caller's buffers on every run, constants
+// copied in once, intermediates in one arena), and its steps, one per graph node, each one or
+// more oneDNN primitives created once. The partition's program (backend/native/program.py, read
+// by program.cpp) declares the values with the plan's layouts and lifetimes, then calls one
 // method per node in execution order; finalize() places the intermediates in the arena.
 //
-// This header includes no oneDNN header, so generated code compiles in a fraction of a second;
-// runtime.cpp, built once per machine into its own library, holds everything else.
+// This header includes no oneDNN header: runtime.cpp holds everything of oneDNN's.
 #pragma once
 
 #include <cstdint>
@@ -15,39 +15,46 @@
 #include <string>
 #include <vector>
 
+#include "kernel.h"
+
 namespace af {
 
 using Dims = std::vector<int64_t>;
 
 // Plain: dense row-major (what the caller's tensors and reshapes need). Any: what oneDNN picks
 // for the producing primitive (a blocked layout along a chain of convolutions).
-enum class Layout { Plain, Any };
+#define AF_LAYOUTS(X) X(Plain) X(Any)
+#define AF_ENUMERATOR(name) name,
+enum class Layout { AF_LAYOUTS(AF_ENUMERATOR) };
 
 // What a step's convolutions and matrix products compute in. BF16: bf16 operands (weights
 // converted once at load) with fp32 accumulation; a result only other steps read, in a layout
 // oneDNN picks, stays bf16 in memory; plain values (partition outputs, what reshapes and
 // generated kernels read) are fp32. Memory-bound steps work in the data type of their input.
-enum class Precision { F32, BF16 };
+#define AF_PRECISIONS(X) X(F32) X(BF16)
+enum class Precision { AF_PRECISIONS(AF_ENUMERATOR) };
 
 // One elementwise function: oneDNN's eltwise algorithm with its two parameters, used both as a
 // post-op and as a primitive of its own. The Python side maps activations onto these. SiLU is
 // oneDNN's swish with alpha 1; last in a step, SiLU and GeluTanh run after the primitive, by the
-// runtime itself (gated.h: oneDNN's cost more than twice as much on Zen 4).
-enum class Alg {
-  None, Relu, Clip, Logistic, Tanh, HardSigmoid, HardSwish, Elu, SiLU, GeluErf, GeluTanh,
-  Exp, Log, Sqrt, Abs, Linear, SoftRelu, Round, Mish, Square,
-};
+// runtime itself (gated.h: oneDNN's cost more than twice as much on Zen 4). A program names
+// them as they are spelled here (program.cpp reads the names through these lists).
+#define AF_ALGS(X)                                                                              \
+  X(None) X(Relu) X(Clip) X(Logistic) X(Tanh) X(HardSigmoid) X(HardSwish) X(Elu) X(SiLU)       \
+  X(GeluErf) X(GeluTanh) X(Exp) X(Log) X(Sqrt) X(Abs) X(Linear) X(SoftRelu) X(Round) X(Mish)   \
+  X(Square)
+enum class Alg { AF_ALGS(AF_ENUMERATOR) };
 struct Act {
   Alg alg = Alg::None;
   float alpha = 0.f, beta = 0.f;
 };
 using Acts = std::vector<Act>;
 
-enum class Bin { Add, Sub, Mul, Div, Max, Min };
+#define AF_BINS(X) X(Add) X(Sub) X(Mul) X(Div) X(Max) X(Min)
+enum class Bin { AF_BINS(AF_ENUMERATOR) };
 
-// A generated kernel (backend/native/kernels.py): reads dense inputs, writes dense outputs.
-using KernelFn = void (*)(const float* const* in, float* const* out);
-enum class Pool { Max, AvgIncludePad, AvgExcludePad };
+#define AF_POOLS(X) X(Max) X(AvgIncludePad) X(AvgExcludePad)
+enum class Pool { AF_POOLS(AF_ENUMERATOR) };
 
 class Partition {
  public:
@@ -56,7 +63,7 @@ class Partition {
   Partition(const Partition&) = delete;
   Partition& operator=(const Partition&) = delete;
 
-  // ---- values (id: an index the generated code picks; step: the node that makes or uses it)
+  // ---- values (id: an index the program picks; step: the node that makes or uses it)
   void input(int id, int slot, const Dims& shape);
   void output(int id, int slot, const Dims& shape);
   void constant(int id, int slot, const Dims& shape);
@@ -105,8 +112,10 @@ class Partition {
   // softmax(q·kᵀ·scale + mask)·v, mask -1 when there is none; q·kᵀ and the softmax in fp32, p·v
   // in the step's precision
   void attention(int dst, int q, int k, int v, int mask, float scale);
-  // fn over dense copies of srcs (a reorder where a src is blocked), writing dense dsts
-  void kernel(KernelFn fn, const std::vector<int>& dsts, const std::vector<int>& srcs);
+  // fn over dense copies of srcs (a reorder where a src is blocked), writing dense dsts; `sizes`
+  // are the kernel's run-time sizes (its `d`)
+  void kernel(KernelFn fn, const std::vector<int>& dsts, const std::vector<int>& srcs,
+              const Dims& sizes = {});
 
   void finalize();
   void run(void* const* inputs, void* const* outputs);
@@ -127,11 +136,15 @@ class Partition {
   std::unique_ptr<Impl> impl_;
 };
 
-using BuildFn = void (*)(Partition&);
+// what af_error() says next (the runtime's files set it where a call fails)
+void set_error(const std::string& what);
 
-// The C entry points of the runtime library, called from Python.
 extern "C" {
-Partition* af_build(BuildFn fn, const void* const* constants);
+// the partition a program builds (program.cpp): its words and strings (program.py says how they
+// encode the calls), its constants by slot, the generated kernels its calls name by index; null
+// where it fails (af_error says why)
+Partition* af_build(const int64_t* words, int64_t n_words, const char* const* strings,
+                    const void* const* constants, const KernelFn* kernels);
 // 0 done, 1 failed (af_error says why), 2 an input held NaN or ±inf where check_finite asked,
 // nothing run; hold_cpu >= 0: the calling thread runs on that CPU alone during the call
 int af_run(Partition* p, void* const* inputs, void* const* outputs, int check_finite, int hold_cpu);
@@ -148,12 +161,3 @@ int af_all_finite(const float* p, int64_t n);
 }
 
 }  // namespace af
-
-// A generated source ends with AF_PARTITIONS(partition_0, partition_1, ...): the table Python
-// reads through af_partition(k).
-#define AF_PARTITIONS(...)                                             \
-  static const af::BuildFn af_partitions_[] = {__VA_ARGS__};           \
-  extern "C" af::BuildFn af_partition(int k) { return af_partitions_[k]; } \
-  extern "C" int af_partition_count() {                                \
-    return int(sizeof(af_partitions_) / sizeof(af_partitions_[0]));    \
-  }

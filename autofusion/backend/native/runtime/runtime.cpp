@@ -370,6 +370,7 @@ struct Exec {
   int step = -1;                       // the graph node it belongs to (node() calls counted)
   KernelFn fn = nullptr;               // a generated kernel instead of a primitive
   std::vector<memory> fn_in, fn_out;   // its operands, bound by finalize()
+  Dims fn_sizes;                       // its run-time sizes
   std::function<void(Exec&)> own;      // the runtime's own loop instead (softmax.h), over bound
   Alg gate = Alg::None;                // then this activation over DNNL_ARG_DST, in place:
   memory gated;                        // that memory, bound by finalize():
@@ -694,7 +695,8 @@ struct Partition::Impl {
         return;
       }
     }
-    if (mask >= 0 || cols > 0) fail("a masked or padded softmax the runtime's loop does not take");
+    if (mask >= 0 || (cols > 0 && cols != dims.back()))
+      fail("a masked or padded softmax the runtime's loop does not take");
     dnnl::softmax_forward::primitive_desc pd(
         eng, dnnl::prop_kind::forward_inference,
         log ? dnnl::algorithm::softmax_log : dnnl::algorithm::softmax_accurate, src_md, dst_md, axis,
@@ -1099,7 +1101,7 @@ struct Partition::Impl {
       out.clear();
       for (auto& m : e.fn_in) in.push_back(static_cast<const float*>(m.get_data_handle()));
       for (auto& m : e.fn_out) out.push_back(static_cast<float*>(m.get_data_handle()));
-      e.fn(in.data(), out.data());
+      e.fn(in.data(), out.data(), e.fn_sizes.data());
       return;
     }
     run_primitive(e);
@@ -1737,9 +1739,10 @@ void Partition::attention(int dst, int q, int k, int v, int mask, float scale) {
   m.finish(dst, y);
 }
 
-void Partition::kernel(KernelFn fn, const std::vector<int>& dsts, const std::vector<int>& srcs) {
+void Partition::kernel(KernelFn fn, const std::vector<int>& dsts, const std::vector<int>& srcs,
+                       const Dims& sizes) {
   Impl& m = *impl_;
-  Exec e{dnnl::primitive(), {}, {}, m.node, m.step, fn, {}, {}};
+  Exec e{dnnl::primitive(), {}, {}, m.node, m.step, fn, {}, {}, sizes};
   e.kernel = "generated";
   // each operand dense, row-major or in the axis order the plan gave it (the kernel's strides)
   for (size_t i = 0; i < srcs.size(); ++i)
@@ -1781,23 +1784,9 @@ std::string Partition::step_kernels() const {
 
 std::string Partition::current_node() const { return impl_->node; }
 
-extern "C" {
+void set_error(const std::string& what) { last_error = what; }
 
-Partition* af_build(BuildFn fn, const void* const* constants) {
-  Partition* p = nullptr;
-  try {
-    p = new Partition(constants);
-    fn(*p);
-    p->finalize();
-    return p;
-  } catch (const dnnl::error& e) {   // oneDNN's own errors do not say where
-    last_error = "node '" + (p ? p->current_node() : std::string("?")) + "': " + e.what();
-  } catch (const std::exception& e) {
-    last_error = e.what();
-  }
-  delete p;
-  return nullptr;
-}
+extern "C" {
 
 // check_finite: return 2, running nothing, where an input holds NaN or an infinity (the caller
 // then runs the model on PyTorch's kernels: model.py); hold_cpu >= 0: the calling thread runs on

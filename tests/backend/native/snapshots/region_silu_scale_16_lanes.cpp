@@ -1,5 +1,5 @@
 // fused_test: 3 op(s) over [1, 8, 6, 6], 16 elements at a time, up to 2 vectors a step
-static void kernel_0_0(const float* const* in, float* const* out) {
+static void kernel_0_0(const float* const* in, float* const* out, const int64_t* d) {
   const float* in0 = in[0];
   const float* in1 = in[1];
   float* out0 = out[0];

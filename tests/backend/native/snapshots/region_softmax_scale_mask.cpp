@@ -1,5 +1,5 @@
 // fused_test: 7 op(s) over [2, 4, 8, 64], 64 row(s) of 64
-static void kernel_0_0(const float* const* in, float* const* out) {
+static void kernel_0_0(const float* const* in, float* const* out, const int64_t* d) {
   const float* in0 = in[0];
   const float* in1 = in[1];
   float* out0 = out[0];
