@@ -1,7 +1,8 @@
 """Run a graph: generated straight-line Python over bound kernels, native partitions and constants.
 
 Each torch step of the plan becomes one line `v7 = k3(v2, c1)` of a generated function, each
-native partition one line `v8, v9, = p4(v7, in0)` (one C call for all its nodes). Kernels are
+native partition one line `v8, v9, = p4(_sizes, v7, in0)` (one C call for all its nodes, set up
+for the call's symbolic sizes, `_sizes`: a dict, None for a static model). Kernels are
 built once per node at compile time (attributes parsed, constant inputs read) and constants are
 converted to torch tensors once. Values are dropped (`del`) right after their last use so memory follows the
 live set. No per-op lookup happens at call time. When a kernel raises, the traceback's line in
@@ -103,7 +104,7 @@ class Program:
     def _define(self, name: str, profiled: bool) -> tuple[str, Callable[..., tuple]]:
         """The function's source from the steps, compiled into the namespace; a profiled one
         takes the list of step times first and adds each step's perf_counter time to it."""
-        params = ", ".join((["_times"] if profiled else []) + self.args)
+        params = ", ".join((["_times"] if profiled else []) + ["_sizes"] + self.args)
         if profiled:
             self.namespace["_clock"] = time.perf_counter
         lines = [f"def {name}({params}):"]
@@ -157,7 +158,10 @@ class Program:
         counter = 0
         for j, (nodes, reads, writes, fn_name, impl) in enumerate(steps):
             skip = ()
-            if impl is not None:
+            if impl is None:
+                args = ["_sizes"]
+            else:
+                args = []
                 n = nodes[0]
                 try:
                     fn = namespace[fn_name] = impl.build(n)
@@ -175,7 +179,6 @@ class Program:
                     outs.append(names[id(v)])
                 else:
                     outs.append("_")
-            args = []
             for i, v in enumerate(reads):
                 if i in skip:
                     continue
@@ -243,12 +246,14 @@ class Program:
         times, self.step_times = StepTimes(self.profiled_calls, self.step_times, native), None
         return times
 
-    def __call__(self, *args: torch.Tensor) -> tuple:
+    def __call__(self, *args: torch.Tensor, sizes: Mapping[str, int] | None = None) -> tuple:
+        """Run on the graph's inputs; `sizes`: the call's symbolic dims (model.py), for the native
+        partitions of a graph that has any."""
         try:
             if self.step_times is None:
-                return self.fn(*args)
+                return self.fn(sizes, *args)
             self.profiled_calls += 1
-            return self.profiled_fn(self.step_times, *args)
+            return self.profiled_fn(self.step_times, sizes, *args)
         except NodeExecutionError:
             raise   # a native partition names its node itself
         except Exception as e:  # noqa: BLE001 - re-raised with the node named

@@ -28,6 +28,7 @@ from ..ir import Graph, Node, Value
 from ..ir.region_space import VIEWS
 from ..ir.scalar import ROW_OPS
 from ..ir.sequences import touches_sequences
+from ..ir.symbolic import is_size
 from .impl import Impl, implementations
 
 BACKENDS = ("auto", "native", "torch")
@@ -72,8 +73,10 @@ class Plan:
     partitions: list[Partition]       # in execution order; torch partitions hold one node
     precision: str = "fp32"           # what the compile asked the products to compute in
     # what runs each native node, as its built partition reports (oneDNN's implementation, the
-    # runtime's own loop): the runtime picks some at build time, from layouts only oneDNN knows
+    # runtime's own loop): the runtime picks some at build time, from layouts only oneDNN knows;
+    # for symbolic sizes, as last set up, for these sizes (by partition index)
     kernels: dict[Node, str] = field(default_factory=dict)
+    sizes: dict[int, dict[str, int]] = field(default_factory=dict)
 
     def via(self, node: Node) -> str:
         """The node's implementation, with what runs it where its partition says."""
@@ -107,17 +110,22 @@ class Plan:
                 lines.append(f"  torch   {d.node.name} ({d.node.op}) via {d.impl.name}"
                              + "".join(f"\n            not {name}: {why}" for name, why in d.refused))
                 continue
+            sizes = self.sizes.get(part.index)
             lines.append(f"  native partition {part.index}: {len(part.nodes)} node(s), inputs "
-                         f"{[v.name for v in part.inputs]}, outputs {[v.name for v in part.outputs]}")
+                         f"{[v.name for v in part.inputs]}, outputs {[v.name for v in part.outputs]}"
+                         + (f"; last set up for {', '.join(f'{k}={v}' for k, v in sizes.items())}"
+                            if sizes else ""))
             for step, n in enumerate(part.nodes):
                 outs = []
                 for v in n.outputs:
                     vp = part.values.get(v)
                     if vp is not None:
                         order = f" order {','.join(map(str, vp.order))}" if vp.order else ""
-                        outs.append(f"{v.name} {vp.layout}{' bf16' if vp.bf16 else ''}{order} "
+                        outs.append(f"{v.name} {v.type_str()} {vp.layout}{' bf16' if vp.bf16 else ''}{order} "
                                     f"steps {vp.first}-{vp.last}"
                                     + (f" in place of {vp.in_place_of.name}" if vp.in_place_of else ""))
+                    elif v in part.outputs:
+                        outs.append(f"{v.name} {v.type_str()} (partition output)")
                 d = self.decisions[n]
                 at = f" in {d.precision}" if self.precision != "fp32" and d.impl.reduced else ""
                 lines.append(f"    {step:3d} {n.name} ({n.op}) via {self.via(n)}{at}"
@@ -261,7 +269,7 @@ def _channels_last_operands(n: Node, part: Partition, decisions: dict[Node, Deci
     if n.op != "autofusion::Region" or any(m.op in ROW_OPS or m.op in VIEWS for m in n.attrs["body"].nodes):
         return []
     shape = n.outputs[0].shape
-    if shape is None or len(shape) < 3 or not all(isinstance(d, int) for d in shape):
+    if shape is None or len(shape) < 3 or not all(is_size(d) for d in shape):
         return []
     full = [v for v in (*n.inputs, *n.outputs) if v is not None and v.const is None and v.shape == shape]
     neighbours = [m for v in full for m in (v.producer, *(r for r, _ in readers.get(v, ())))]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections import OrderedDict
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -15,6 +14,7 @@ from ..ir import Graph, Value
 from ..ir.onnx_runtime_call import onnx_runtime_ops
 from . import native
 from .native import affinity
+from .native.library import SIZE_CACHE, SizesOutOfReach
 from .executor import Program, check_supported, storage, tensors_of, to_numpy
 from .lower import lower
 from .precision import (TOLERANCE, GuardReport, calibration_feeds, guard, output_error,
@@ -23,7 +23,6 @@ from .specialise import specialise, symbolic_dims
 from .torch_cpu import TORCH_DTYPES
 
 Array = np.ndarray | torch.Tensor
-SPECIALISED = 8   # programs specialised to input sizes, kept per compiled model
 
 
 class CompiledModel:
@@ -35,11 +34,13 @@ class CompiledModel:
 
     def __init__(self, graph: Graph, report: Any = None, backend: str = "auto",
                  threads: int | None = None, precision: str = "fp32", calibration: Any = None,
-                 tolerance: float | None = None):
+                 tolerance: float | None = None, size_cache: int | None = None):
         self.graph = graph
         self.report = report
         self.backend = backend
         self.threads = threads
+        self.size_cache = size_cache or int(os.environ.get("AUTOFUSION_SIZE_CACHE") or SIZE_CACHE)
+        self.symbols = symbolic_dims(graph)
         check_supported(graph)
         self.native_unavailable = native.unavailable() if self.backend != "torch" else None
         if self.backend == "native" and self.native_unavailable is not None:
@@ -51,11 +52,6 @@ class CompiledModel:
             feeds, reference = self._guard(calibration, TOLERANCE if tolerance is None else tolerance)
         self.program = self._program(graph)
         self.plan = self.program.plan
-        # symbolic input dims: each new set of sizes gets a program of its own, native where
-        # static shapes let it be (made on first use, the most recent SPECIALISED kept)
-        self.specialised: OrderedDict[tuple, Program] | None = None
-        if symbolic_dims(graph) and self.backend != "torch" and self.native_unavailable is None:
-            self.specialised = OrderedDict()
         self.input_names = [v.name for v in graph.inputs]
         self.output_names = [v.name for v in graph.outputs]
         # per input, the (dtype, shape) a tensor that needs no further check has, where every
@@ -65,11 +61,12 @@ class CompiledModel:
         plain = all(v.sequence is None and TORCH_DTYPES.get(v.dtype) is not None and v.shape is not None
                     and all(isinstance(d, int) for d in v.shape) for v in graph.inputs)
         self._plain_inputs = ([(TORCH_DTYPES[v.dtype], torch.Size(v.shape)) for v in graph.inputs]
-                              if plain and self.specialised is None else None)
+                              if plain else None)
+        native_symbolic = self.symbols and any(p.target == "native" for p in self.plan.partitions)
         if report is not None:
             report.backend = self.plan.summary() + (
-                f"; native code is specialised to each new set of input sizes on first use "
-                f"(the last {SPECIALISED} kept)" if self.specialised is not None else "") + (
+                f"; native partitions are set up for each new set of input sizes on first use, "
+                f"without compiling (the last {self.size_cache} kept)" if native_symbolic else "") + (
                 f"; a call whose inputs hold NaN or an infinity runs on PyTorch kernels (oneDNN's "
                 f"ReLU and Clip, here {len(self.plan.nan_clamping)} node(s), give 0 for NaN)"
                 if self.plan.nan_clamping else "")
@@ -115,28 +112,24 @@ class CompiledModel:
         before = torch.get_num_threads()
         self._use_threads()
         try:
-            partitions, code = native.build_partitions(plan, graph.name)
+            partitions, code = native.build_partitions(
+                plan, graph.name, self.size_cache, lambda *built: self._built(plan, *built))
         finally:
             if torch.get_num_threads() != before:
                 torch.set_num_threads(before)
         return Program(graph, plan, partitions, code.text())
 
+    @staticmethod
+    def _built(plan, index: int, nodes, kernels, sizes: dict[str, int]) -> None:
+        """A native partition was set up for a set of sizes: the plan shows what runs its nodes
+        and for which sizes."""
+        plan.kernels.update(zip(nodes, kernels))
+        if sizes:
+            plan.sizes[index] = sizes
+
     def _use_threads(self) -> None:
         if self.threads is not None and torch.get_num_threads() != self.threads:
             torch.set_num_threads(self.threads)   # one OpenMP pool: torch's and oneDNN's
-
-    def program_for(self, sizes: dict[str, int]) -> Program:
-        """The program that runs a call with these symbolic sizes."""
-        if self.specialised is None:
-            return self.program
-        key = tuple(sorted(sizes.items()))
-        program = self.specialised.get(key)
-        if program is None:
-            program = self.specialised[key] = self._program(specialise(self.graph, sizes))
-            if len(self.specialised) > SPECIALISED:
-                self.specialised.popitem(last=False)
-        self.specialised.move_to_end(key)
-        return program
 
     def _exact(self, program: Program) -> Program:
         """The program's graph on PyTorch kernels alone (made on first use): what a call whose
@@ -146,9 +139,19 @@ class CompiledModel:
         return program.exact
 
     def program_for_inputs(self, inputs: Mapping[str, Array]) -> Program:
-        """The program a call with these inputs runs (checked as a call checks them)."""
+        """The program a call with these inputs runs (checked as a call checks them): the model's,
+        or its PyTorch-only form where the inputs need it (NaN and infinities where oneDNN would
+        clamp them; sizes that make an empty tensor)."""
         tensors = [self._check_input(v, a) for v, a in zip(self.graph.inputs, self._bind((), dict(inputs)))]
-        return self.program_for(self._check_symbolic_dims(tensors))
+        sizes = self._check_symbolic_dims(tensors)
+        program = self.program
+        if program.plan.nan_clamping and not program.all_finite(tensors):
+            return self._exact(program)
+        return self._exact(program) if not self._fits(program, sizes) else program
+
+    def _fits(self, program: Program, sizes: dict[str, int]) -> bool:
+        """Whether the native partitions can be set up for these sizes (no dim below 1)."""
+        return all(s >= 1 for s in sizes.values()) or not any(p.target == "native" for p in program.plan.partitions)
 
     @property
     def native_source(self) -> str:
@@ -197,18 +200,20 @@ class CompiledModel:
             as_numpy = not any(isinstance(a, torch.Tensor) for x in arrays
                                for a in (x if isinstance(x, (list, tuple)) else [x]))
             tensors = [self._check_input(v, a) for v, a in zip(self.graph.inputs, arrays)]
-            program = self.program_for(self._check_symbolic_dims(tensors))
-        if program.plan.nan_clamping and not program.all_finite(tensors):
+            program = self.program
+        sizes = self._check_symbolic_dims(tensors) if self.symbols else None
+        if (program.plan.nan_clamping and not program.all_finite(tensors)) or \
+                (sizes and not self._fits(program, sizes)):
             program = self._exact(program)
         self._use_threads()
         own_cpus = None if program.runtime is None else affinity.hold_caller(
             affinity.pin_workers(program.runtime, torch.get_num_threads()))
         try:
-            if program.torch_free:   # the guard costs ~0.06 ms a call (its code out of cache after the kernels)
-                outs = program(*tensors)
-            else:
-                with torch.inference_mode():
-                    outs = program(*tensors)
+            try:
+                outs = self._run(program, tensors, sizes)
+            except SizesOutOfReach:   # a size only the run knows (a count NonZero made) is 0
+                program = self._exact(program)
+                outs = self._run(program, tensors, sizes)
         finally:
             if own_cpus is not None:
                 os.sched_setaffinity(0, own_cpus)
@@ -221,6 +226,13 @@ class CompiledModel:
             return [_each(to_numpy, t) for t in outs], True
         return list(outs), False
 
+    @staticmethod
+    def _run(program: Program, tensors: list, sizes: dict[str, int] | None):
+        if program.torch_free:   # the guard costs ~0.06 ms a call (its code out of cache after the kernels)
+            return program(*tensors, sizes=sizes)
+        with torch.inference_mode():
+            return program(*tensors, sizes=sizes)
+
     def _one_call(self, tensors: list[torch.Tensor]) -> tuple[torch.Tensor, ...] | None:
         """Plain inputs to a program that is one native partition: one C call that also checks
         the inputs for NaN and holds the caller's CPU (the same work from Python cost ~70 µs,
@@ -232,7 +244,7 @@ class CompiledModel:
             return None
         self._use_threads()
         cpus = affinity.pin_workers(whole.library, torch.get_num_threads())
-        return whole.run_checked(tensors, bool(program.plan.nan_clamping), -1 if cpus is None else cpus[0])
+        return whole.last.run_checked(tensors, bool(program.plan.nan_clamping), -1 if cpus is None else cpus[0])
 
     def _all_plain(self, arrays: list[Array]) -> bool:
         """Whether there are inputs and every one is a dense torch tensor of its static shape and

@@ -68,6 +68,8 @@ def optimize(graph: Graph, level: int, disable: Iterable[str] = (),
     rules: list[Rule] = [r for r in RULES if r.level <= level and r.name not in disable]
     passes: dict[str, int] = {}
     result = None
+    if level == 0:   # no operator changes, but every dim the graph determines derived (cleanup does it above)
+        passes["shapes refined"] = refine_shapes(graph)
     if level >= 1:
         if not body and not any(bodies(n) for n in graph.nodes):   # a body's types are its node's:
             passes["fp16 values computed in fp32"] = widen_float16(graph)   # not widened apart

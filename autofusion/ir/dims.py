@@ -1,13 +1,14 @@
-"""Symbolic-dimension arithmetic: the dims of a shape are ints, symbolic names (str) or None
-where unknown, and these functions compute with them without guessing — numpy broadcasting,
-ONNX's slice clamping, the dims a shape tensor holds, and the dim a Reshape's -1 stands for.
+"""Symbolic-dimension arithmetic: the dims of a shape are ints, symbols (str), sizes computed
+from symbols (symbolic.SizeExpr) or None where unknown, and these functions compute with them
+without guessing — numpy broadcasting, ONNX's slice clamping, the dims a shape tensor holds,
+and the dim a Reshape's -1 stands for.
 """
 from __future__ import annotations
 
 import math
-from collections import Counter
 
 from .graph import Dim, Shape, Value
+from .symbolic import add, exact_quotient, floordiv, maximum, minimum, mul, product, sub
 
 
 def broadcast_shapes(*shapes: Shape) -> Shape:
@@ -44,11 +45,22 @@ def slice_bounds(d: int, start: int, end: int, step: int) -> tuple[int, int, int
     return min(max(start, 0), d - 1), min(max(end, -1), d - 1), step
 
 
+def symbolic_slice_bounds(d: Dim, start: int, end: int) -> tuple[Dim, Dim]:
+    """slice_bounds for a symbolic d, stepping forward: (lo, hi), each clamped to [0, d]."""
+    def clamped(i: int) -> Dim:
+        if i >= 2**31 - 1:
+            return d
+        if i <= -(2**31 - 1):
+            return 0
+        return maximum(add(d, i), 0) if i < 0 else minimum(i, d)
+    return clamped(start), clamped(end)
+
+
 def shape_value(v: Value | None, depth: int = 0) -> list[Dim] | None:
-    """The value of a 1-D integer tensor that holds dims, as dims (ints, symbolic names, None
+    """The value of a 1-D integer tensor that holds dims, as dims (ints, symbolic ones, None
     where unknown), when it is computed the way exporters build reshape targets: a Concat of
-    constants and of dims picked (Gather, Slice) out of a Shape. None if it is computed any
-    other way."""
+    constants and of dims picked (Gather, Slice) out of a Shape, or computed from such with
+    Add, Sub, Mul and Div (h·w, c / heads). None if it is computed any other way."""
     if v is None or depth > 16:
         return None
     if v.const is not None:
@@ -65,6 +77,12 @@ def shape_value(v: Value | None, depth: int = 0) -> list[Dim] | None:
     if op == "Concat":
         parts = [shape_value(i, depth + 1) for i in node.inputs]
         return None if any(p is None for p in parts) else [d for p in parts for d in p]
+    if op in ARITHMETIC and len(node.inputs) == 2:
+        a, b = (shape_value(i, depth + 1) for i in node.inputs)
+        if a is None or b is None or (len(a) != len(b) and 1 not in (len(a), len(b))):
+            return None
+        n = max(len(a), len(b))
+        return [ARITHMETIC[op](x, y) for x, y in zip(a * n if len(a) == 1 else a, b * n if len(b) == 1 else b)]
     picked = shape_value(src, depth + 1) if op in ("Gather", "Slice") else None
     if picked is None or any(i is not None and i.const is None for i in node.inputs[1:]):
         return None
@@ -81,19 +99,27 @@ def shape_value(v: Value | None, depth: int = 0) -> list[Dim] | None:
     return None
 
 
+def _divided(a: Dim, b: Dim) -> Dim:
+    """ONNX's Div of two dims (integer division of sizes: the floor), exactly where b is an int."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a // b if b > 0 else None
+    return floordiv(a, b) if isinstance(b, int) and b > 0 else exact_quotient(a, b)
+
+
+def _known(f):
+    return lambda a, b: None if a is None or b is None else f(a, b)
+
+
+# the arithmetic exporters do on dims (a reshape to [b, h·w], [b, s, c / heads])
+ARITHMETIC = {"Add": _known(add), "Sub": _known(sub), "Mul": _known(mul), "Div": _known(_divided)}
+
+
 def inferred_dim(total: Shape, others: list[Dim]) -> Dim:
     """The dim a Reshape's -1 stands for: the element count of `total` over that of `others`,
     cancelling symbolic dims (x [b, s, 768] viewed as [b, -1, 12, 64] gives s)."""
     if total is None or None in total or None in others:
         return None
-    num, den = Counter(d for d in total if isinstance(d, str)), Counter(d for d in others if isinstance(d, str))
-    if den - num:
-        return None
-    left = num - den
-    n = math.prod(d for d in total if isinstance(d, int))
-    m = math.prod(d for d in others if isinstance(d, int))
-    if m == 0 or n % m:
-        return None
-    if not left:
-        return n // m
-    return next(iter(left)) if n == m and sum(left.values()) == 1 else None
+    if all(isinstance(d, int) for d in (*total, *others)):
+        n, m = math.prod(total), math.prod(others)
+        return n // m if m and not n % m else None
+    return exact_quotient(product(total), product(others))

@@ -38,13 +38,13 @@ factor of the space's size), so growing a region stays near-linear in its size.
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 from .dims import broadcast_shapes
 from .graph import Node, Value
 from .scalar import ROW_OPS, expression
 from .shapes import _axis, _int_arg
+from .symbolic import mul, product
 
 Frame = tuple[tuple[int, ...], ...]
 RESHAPES = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze"})   # views: free one by one
@@ -163,7 +163,7 @@ class Space:
             if shape[a] != 1:
                 for s in reversed(frame[a]):
                     out[s] = step
-                    step *= self.sizes[s]
+                    step = mul(step, self.sizes[s])
         return tuple(out)
 
     def value_strides(self, v: Value, order: Sequence[int] | None = None) -> tuple[int, ...]:
@@ -176,6 +176,13 @@ class Space:
         if node.op in RESHAPES and (id(node), i) not in self.frames:
             return self.value_strides(node.outputs[0], order)   # the same elements in the same order
         return self.strides(v.shape, self.frames[(id(node), i)], order)
+
+    def renamed(self, sizes: list) -> "Space":
+        """The same space with its sizes given other names (a kernel's symbolic sizes as the
+        `d[k]` its code reads): strides over it come out in those names."""
+        other = Space(sizes)
+        other.rows, other.fixed, other.frames = self.rows, self.fixed, self.frames
+        return other
 
     def columns(self) -> list[int]:
         """The S axes of a row that are not of size 1."""
@@ -208,7 +215,7 @@ class Space:
         seen = []
         for d, run in zip(shape, frame):
             if d != 1:
-                if math.prod(self.sizes[s] for s in run) != d:
+                if product(self.sizes[s] for s in run) != d:
                     return False
                 seen += run
         return len(seen) == len(set(seen))
@@ -251,7 +258,7 @@ class Space:
             return unit[0] if unit else ()
         # only outside operands vary here: along the run of a member broadcast over it
         for run in unit:
-            if math.prod(self.sizes[s] for s in run) == shape[j]:
+            if product(self.sizes[s] for s in run) == shape[j]:
                 return run
         raise LayoutError("shape", f"{node.describe()}: its axis {j} ({shape[j]}) is not an axis of "
                                    f"the region's space {self.sizes}")

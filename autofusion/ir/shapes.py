@@ -10,12 +10,14 @@ cannot tell is None, never a guess.
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 
-from .dims import broadcast_shapes, inferred_dim, shape_value, slice_bounds
+from .dims import broadcast_shapes, inferred_dim, shape_value, slice_bounds, symbolic_slice_bounds
 from .dtypes import DType
 from .graph import Dim, Node, Shape, Value
+from .symbolic import add, ceildiv, exact_quotient, floordiv, maximum, minimum, mul, product, sub
 
 
 def _same_as_input(node: Node):
@@ -149,36 +151,33 @@ def _int_arg(node: Node, name: str, index: int, since: int) -> list[int] | None:
 
 
 def _dim_prod(dims) -> Dim:
-    """The product of dims: an int when all are, a symbol times 1 is the symbol; else None."""
+    """The product of dims (symbolic ones multiplied out); 0 if any is 0, else None if any is."""
     if any(d == 0 for d in dims):
         return 0
-    if any(d is None for d in dims):
-        return None
-    syms = [d for d in dims if isinstance(d, str)]
-    n = math.prod(d for d in dims if isinstance(d, int))
-    if not syms:
-        return n
-    return syms[0] if len(syms) == 1 and n == 1 else None
+    return product(dims)
 
 
 def _dim_mul(d: Dim, k: int) -> Dim:
-    return d * k if isinstance(d, int) else (d if k == 1 else None)
+    return mul(d, k)
 
 
 def _dim_add(d: Dim, k: int) -> Dim:
-    return d + k if isinstance(d, int) else (d if k == 0 else None)
+    return add(d, k)
 
 
 def _dim_div(d: Dim, k: int) -> Dim:
+    """d / k where k divides d: an error for a size it does not divide; a symbolic d only where
+    k divides it for every value (2·s / 2), else None."""
     if isinstance(d, int):
         if d % k:
             raise ValueError(f"{d} does not divide by {k}")
         return d // k
-    return d if k == 1 else None
+    return exact_quotient(d, k)
 
 
 def _same_dim(dims) -> Dim:
-    """The one dim several values must share (Concat's other axes): a size if any has one."""
+    """The one dim several values must share (Concat's other axes): a size if any has one, else
+    a symbolic one."""
     sizes = {d for d in dims if isinstance(d, int)}
     if len(sizes) > 1:
         raise ValueError(f"dims {dims} should be equal")
@@ -245,8 +244,8 @@ def _arg_reduce(node: Node):
 
 
 def _concat(node: Node):
-    """Sizes along the axis add up; a symbol there is kept only when every other part is empty
-    (s + t is no dim we can name). The other axes are shared by all inputs."""
+    """Sizes along the axis add up (symbolic ones too: s + 1); the other axes are shared by all
+    inputs."""
     ins = [v for v in node.inputs if v is not None]
     known = [v.shape for v in ins if v.shape is not None]
     if not known:
@@ -262,10 +261,7 @@ def _concat(node: Node):
             out.append(_same_dim(dims))
             continue
         parts = [d for d in dims if d != 0] if len(known) == len(ins) else [None]
-        if all(isinstance(d, int) for d in parts):
-            out.append(sum(parts))
-        else:
-            out.append(parts[0] if len(parts) == 1 else None)
+        out.append(add(*parts))
     return [(tuple(out), ins[0].dtype)]
 
 
@@ -282,8 +278,11 @@ def _split(node: Node):
         if len(sizes) != n or (isinstance(d, int) and sum(sizes) != d):
             raise ValueError(f"split {sizes} of {d} into {n} outputs")
         parts: list[Dim] = list(sizes)
-    elif sizes is None or not isinstance(d, int):
+    elif sizes is None:
         parts = [d if n == 1 else None] * n
+    elif not isinstance(d, int):   # equal parts, as the op requires of an uneven split's absence
+        parts = [d if n == 1 else (floordiv(d, n) if opset_of(node) < 18 or node.attr("num_outputs") is None
+                                   else None)] * n
     elif d % n == 0:
         parts = [d // n] * n
     elif opset_of(node) >= 18 and node.attr("num_outputs") is not None and (c := -(-d // n)) * (n - 1) < d:
@@ -295,14 +294,20 @@ def _split(node: Node):
 
 def _slice_len(d: Dim, start: int, end: int, step: int) -> Dim:
     """Elements a Slice keeps of a dim of size d, clamped as ONNX says: starts to [0, d] going
-    forward and [0, d-1] going back, ends to [0, d] and [-1, d-1]. A dim that is not a size is
-    kept only when the slice takes all of it (0 to INT_MAX by 1, or -1 to INT_MIN by -1)."""
+    forward and [0, d-1] going back, ends to [0, d] and [-1, d-1]. A symbolic d: the whole of it
+    (0 to INT_MAX by 1, or -1 to INT_MIN by -1), or forward by a step its clamped bounds say
+    (symbolic_slice_bounds)."""
     if step == 0:
         raise ValueError("Slice step 0")
     if not isinstance(d, int):
         forward = step == 1 and (start == 0 or start <= -_BIG) and end >= _BIG
         backward = step == -1 and (start == -1 or start >= _BIG) and end <= -_BIG
-        return d if forward or backward else None
+        if forward or backward:
+            return d
+        if step < 0:
+            return None
+        lo, hi = symbolic_slice_bounds(d, start, end)
+        return ceildiv(maximum(sub(hi, lo), 0), step)
     if step < 0 and (end in (2**31 - 1, 2**63 - 1) or start < -d):
         # runtimes have differed here: ONNX Runtime reads an INT_MAX end going back as "to the
         # front" (the spec clamps it to d-1: nothing), and Python's clamping takes nothing from
@@ -450,11 +455,17 @@ def _window_out(n: Dim, k: int, s: int, d: int, pb: int, pe: int, auto_pad: str,
     window slides by 1 and the pads make up for its size."""
     window = (k - 1) * d + 1
     if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        return -(-n // s) if isinstance(n, int) else (n if s == 1 else None)
+        return ceildiv(n, s)
     if auto_pad == "VALID":
         pb = pe = 0
+    if n is None:
+        return None
     if not isinstance(n, int):
-        return n if s == 1 and pb + pe == window - 1 else None
+        if not ceil_mode:
+            return add(floordiv(add(n, pb + pe - window), s), 1)
+        # the last window starts inside the input or its begin padding, as the spec says:
+        # (out - 1)·s < n + pb
+        return minimum(add(ceildiv(add(n, pb + pe - window), s), 1), add(floordiv(add(n, pb - 1), s), 1))
     span = n + pb + pe - window
     if span < 0:
         raise ValueError(f"window {window} larger than the padded input {n + pb + pe}")
@@ -521,7 +532,7 @@ def _conv_transpose(node: Node):
             continue
         pb, pe = (0, 0) if auto_pad == "VALID" else (pads[i], pads[i + nd])
         grow = extra[i] + (k - 1) * d + 1 - pb - pe
-        spatial.append(s * (n - 1) + grow if isinstance(n, int) else (n if s == 1 and grow == 1 else None))
+        spatial.append(add(mul(s, add(n, -1)), grow))
     return [((x.shape[0], m, *spatial), x.dtype)]
 
 
@@ -606,11 +617,15 @@ def _constant_of_shape(node: Node):
 
 
 def _scaled(d: Dim, scale: float) -> Dim:
-    """floor(d · scale), given only where float32 and float64 arithmetic agree on it."""
+    """floor(d · scale), given only where float32 and float64 arithmetic agree on it; for a
+    symbolic d where the scale is a fraction p/q of a small power of two q (2, 0.5, 1.5: the
+    product is exact in float arithmetic too), floor(d·p / q)."""
     if scale == 1.0:
         return d
     if not isinstance(d, int):
-        return None
+        exact = Fraction(float(np.float32(scale)))
+        small = exact.denominator <= 64 and 0 < exact.numerator <= 1 << 16
+        return floordiv(mul(d, exact.numerator), exact.denominator) if small and d is not None else None
     a, b = math.floor(float(np.float32(d) * np.float32(scale))), math.floor(d * float(np.float32(scale)))
     return a if a == b else None
 
@@ -692,12 +707,6 @@ def _recurrent(node: Node):
     return [(y, x.dtype)] + [(state, x.dtype)] * (len(node.outputs) - 1)
 
 
-def _dim_sum(a: Dim, b: Dim) -> Dim:
-    if isinstance(a, int) and isinstance(b, int):
-        return a + b
-    return b if a == 0 else (a if b == 0 else None)
-
-
 def _attention(node: Node):
     """Attention: Y [batch, q_heads, q_seq, v_head] ([batch, q_seq, q_heads·v_head] for 3-D
     inputs), present key/value [batch, kv_heads, past + kv_seq, head], the scores
@@ -715,7 +724,7 @@ def _attention(node: Node):
     else:
         (b, hq, sq, _), (_, hkv, sk, dk), dv = q.shape, k.shape, v.shape[3]
         y = (b, hq, sq, dv)
-    total = sk if past is None else (_dim_sum(past.shape[2], sk) if past.shape is not None else None)
+    total = sk if past is None else (add(past.shape[2], sk) if past.shape is not None else None)
     outs = [y, (b, hkv, total, dk), (b, hkv, total, dv), (b, hq, sq, total)]
     return [(s, dtype) for s in outs[:n]]
 
@@ -787,8 +796,7 @@ def _max_unpool(node: Node):
     k = node.attrs["kernel_shape"]
     nd = len(k)
     s, p = node.attr("strides") or [1] * nd, node.attr("pads") or [0] * (2 * nd)
-    spatial = [(n - 1) * s[i] - p[i] - p[nd + i] + k[i] if isinstance(n, int) else None
-               for i, n in enumerate(x.shape[2:])]
+    spatial = [add(mul(add(n, -1), s[i]), k[i] - p[i] - p[nd + i]) for i, n in enumerate(x.shape[2:])]
     return [((*x.shape[:2], *spatial), x.dtype)]
 
 
@@ -825,7 +833,7 @@ def _dft(node: Node):
     n = length[0] if length else (None if node.input(1) is not None else
                                   (_dim_mul(_dim_add(d, -1), 2) if inverse and onesided else d))
     if onesided and not inverse:
-        n = n // 2 + 1 if isinstance(n, int) else None
+        n = add(floordiv(n, 2), 1)
     out = list(x.shape)
     out[a], out[-1] = n, 1 if inverse and onesided else 2
     return [(tuple(out), x.dtype)]

@@ -17,8 +17,9 @@ rules are exact for every integer value of the symbols:
 
     floor((k·q + r) / k) = q + floor(r / k)           (q, r polynomials, k > 0)
     floor((floor(x / m) + c) / n) = floor((x + c·m) / (m·n))      (m, n > 0)
-    max(a, b) = a where a - b is a constant ≥ 0 or, symbols being sizes (≥ 0), a polynomial
-                with no negative coefficient over atoms that are ≥ 0
+    max(a, b) = a where a - b ≥ 0 for every value of the symbols, which are sizes of at least 1
+                (a lower bound of a - b shows it: a sum of atoms with coefficients ≥ 0, each
+                atom bounded below, plus a constant)
 
 so a ResNet's `floor((h + 2 - 3) / 2) + 1` after its stem is `(h + 1) // 2`, the same as its
 strided 1x1 shortcut's `floor((h - 1) / 2) + 1`, and five stride-2 steps on are `(h + 31) // 32`.
@@ -253,21 +254,41 @@ def _dominates(a, b, op: str) -> bool:
 
 
 def nonnegative(d) -> bool:
-    """Whether d ≥ 0 for every value of its symbols (each a size, ≥ 0) — as far as can be shown."""
+    """Whether d ≥ 0 for every value of its symbols (each a size of at least 1) — as far as a
+    lower bound shows."""
+    low = lower_bound(d)
+    return low is not None and low >= 0
+
+
+def lower_bound(d) -> int | None:
+    """A bound d never goes below, symbols being sizes of at least 1; None where none is shown.
+    (A model call whose sizes include a 0 runs on PyTorch's kernels, which need no bound.)"""
     if isinstance(d, int):
-        return d >= 0
-    return all(c >= 0 and all(_atom_nonnegative(a) for a in m) for m, c in _poly(d).items())
+        return d
+    total = 0
+    for m, c in _poly(d).items():
+        if not m:
+            total += c
+            continue
+        lows = [_atom_lower_bound(a) for a in m]
+        if c < 0 or any(low is None or low < 0 for low in lows):
+            return None   # a bound from below needs each term to grow with its atoms
+        total += c * math.prod(lows)
+    return total
 
 
-def _atom_nonnegative(atom) -> bool:
+def _atom_lower_bound(atom) -> int | None:
     if isinstance(atom, str):
-        return True
+        return 1
     op, *args = atom
     if op == "//":
-        return nonnegative(args[0])
+        low = lower_bound(args[0])
+        return None if low is None else low // args[1]
+    lows = [lower_bound(a) for a in args]
     if op == "max":
-        return any(nonnegative(a) for a in args)
-    return all(nonnegative(a) for a in args)   # min
+        known = [low for low in lows if low is not None]
+        return max(known) if known else None
+    return None if None in lows else min(lows)
 
 
 def exact_quotient(a, b):
@@ -330,6 +351,12 @@ def python(d, name: Callable[[str], str] = str) -> str:
     if isinstance(d, str):
         return name(d)
     return _render(_poly(d), lambda atom: _python_atom(atom, name))
+
+
+def c_expr(d) -> str:
+    """d as a C expression over its symbols (their names as they are: `d[0]`), for sizes, which
+    are never negative: a floor division is C's `/`."""
+    return python(d).replace("//", "/")
 
 
 def _python_atom(atom, name: Callable[[str], str] = str) -> str:

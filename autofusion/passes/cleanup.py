@@ -191,20 +191,17 @@ def resolve_cast_like(graph: Graph) -> int:
     return resolved
 
 
-def _merged(old: tuple, new: tuple) -> tuple:
-    """old with what new adds: a size where old has a symbol or nothing, a symbol where old has
-    nothing, and a named symbol ("seq", traced from an input) where old has one that ONNX's
-    inference made up ("unk__7", equal to nothing else). Other symbols of old stay, so the
-    equalities they state between values stay too."""
+def _merged(old: tuple, new: tuple, named: set[str]) -> tuple:
+    """old with what new adds: a size where old has anything else, a dim where old has none, and
+    the rules' own dim (a size computed from the inputs' symbols: `(h + 1) // 2`) where old has
+    a symbol no graph input declares — one ONNX's inference made up ("unk__7") or an exporter
+    wrote for a computed size ("floor(height/2 - 1/2) + 1"), which a call cannot give. Other
+    dims of old stay, so the equalities their symbols state between values stay too."""
     if len(old) != len(new):
         return old
-    return tuple(n if isinstance(n, int) and not isinstance(o, int) or o is None or
-                 (_made_up(o) and isinstance(n, str) and not _made_up(n)) else o
-                 for o, n in zip(old, new))
-
-
-def _made_up(d) -> bool:
-    return isinstance(d, str) and d.startswith("unk__")
+    return tuple(n if n is not None and (isinstance(n, int) and not isinstance(o, int) or o is None or
+                                         (isinstance(o, str) and o not in named))
+                 else o for o, n in zip(old, new))
 
 
 def refine_shapes(graph: Graph) -> int:
@@ -213,6 +210,7 @@ def refine_shapes(graph: Graph) -> int:
     dims then has a static shape too, a view as [b, s, -1, 64] gets its head count, and the rules
     that check shapes (broadcasts, biases, masks, attention heads) can tell."""
     refined = 0
+    named = {d for v in graph.inputs for d in v.shape or () if isinstance(d, str)}
     for node in graph.nodes:
         opdef = lookup(node.domain, node.op_type)
         if opdef is None or opdef.infer is None:
@@ -224,7 +222,7 @@ def refine_shapes(graph: Graph) -> int:
         for v, (shape, _) in zip(node.outputs, types):
             if shape is None:
                 continue
-            merged = tuple(shape) if v.shape is None else _merged(v.shape, tuple(shape))
+            merged = tuple(shape) if v.shape is None else _merged(v.shape, tuple(shape), named)
             if merged != v.shape:
                 v.shape = merged
                 refined += 1

@@ -14,11 +14,13 @@ builds and runs, and generated C++ loop nests for what oneDNN lacks.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 from ..lower import Plan
 from . import impls, kernels, rows  # noqa: F401 - register the native implementations
 from .build import NativeBuildError, Toolchain, toolchain
 from .emit import NativeCode, emit_model
-from .library import KernelTable, NativeLibrary, NativePartition, runtime
+from .library import SIZE_CACHE, KernelTable, NativeLibrary, NativePartition, runtime
 
 
 def unavailable() -> str | None:
@@ -27,8 +29,10 @@ def unavailable() -> str | None:
     return tc if isinstance(tc, str) else None
 
 
-def build_partitions(plan: Plan, model: str) -> tuple[dict[int, NativePartition], NativeCode]:
-    """Every native partition of the plan, built and loaded; and its native code."""
+def build_partitions(plan: Plan, model: str, size_cache: int = SIZE_CACHE,
+                     built: Callable | None = None) -> tuple[dict[int, NativePartition], NativeCode]:
+    """Every native partition of the plan, loaded, and built now where its sizes are static (for
+    each set of sizes on first use where not); and its native code. `built`: see NativePartition."""
     code = emit_model(plan, model)
     if not code.programs:
         return {}, code
@@ -36,11 +40,8 @@ def build_partitions(plan: Plan, model: str) -> tuple[dict[int, NativePartition]
     assert isinstance(tc, Toolchain), tc
     kernels = KernelTable(tc, code.kernels, len(code.kernel_names)) if code.kernel_names else None
     parts = {p.index: p for p in plan.partitions}
-    built = {k: NativePartition(runtime(tc), program, program.encode(), kernels, parts[k].nodes)
-             for k, program in code.programs.items()}
-    for k, part in built.items():
-        plan.kernels.update(zip(parts[k].nodes, part.kernels))
-    return built, code
+    return {k: NativePartition(runtime(tc), program, kernels, parts[k].nodes, size_cache, built)
+            for k, program in code.programs.items()}, code
 
 
 __all__ = ["NativeBuildError", "NativePartition", "build_partitions", "unavailable"]

@@ -1,7 +1,7 @@
 """Native implementations: each op oneDNN runs inside a C++ partition, its check and its emitter.
 
-A check returns why the implementation cannot run a node (float32 and static shapes only, for
-now; each op adds its own conditions), None when it can. An emitter writes the node's call into
+A check returns why the implementation cannot run a node (float32, every dim known: an int or
+symbolic, evaluated per set of input sizes; each op adds its own conditions), None when it can. An emitter writes the node's call into
 the partition's C++ (`p.conv(...)`, see runtime/native.h), reading ids of values, prepared
 constants and the plan's in-place decisions from the partition source it is given. `plain`
 names the inputs the step reads as dense row-major arrays, so the plan asks their producers for
@@ -17,10 +17,11 @@ import numpy as np
 from ...ir import DType, Node, Value
 from ...ir.activations import activation, clip_bounds
 from ...ir.builder import fused
-from ...ir.dims import slice_bounds
+from ...ir.dims import slice_bounds, symbolic_slice_bounds
 from ...ir.geometry import explicit_pads
 from ...ir.region_space import LayoutError, reduced_axes
 from ...ir.shapes import opset_of
+from ...ir.symbolic import add, is_size, maximum, mul, product, sub
 from ..impl import Impl, implementations, register
 from .emit import PartitionSource, dims
 
@@ -58,13 +59,13 @@ def _refusal(v: Value | None, what: str) -> str | None:
     if v.dtype != DType.FLOAT:
         return f"{what} {v.name!r} is {v.dtype.name.lower() if v.dtype else 'of unknown type'}: " \
                "native kernels are float32"
-    if not v.is_static:
-        return f"{what} {v.name!r} has shape {v.type_str()}: native partitions need static shapes"
+    if v.shape is None or not all(is_size(d) for d in v.shape):
+        return f"{what} {v.name!r} has shape {v.type_str()}: native partitions need every dim known"
     if not v.shape:
         return f"{what} {v.name!r} is a scalar"
     if 0 in v.shape:
         return f"{what} {v.name!r} is empty"
-    if math.prod(v.shape) > MAX_ELEMENTS:
+    if v.is_static and math.prod(v.shape) > MAX_ELEMENTS:
         return f"{what} {v.name!r} has shape {v.type_str()}: more elements than a native step indexes"
     return None
 
@@ -159,7 +160,7 @@ def _pool_window(node: Node) -> tuple[list[int], list[int], list[int], list[int]
     pads = explicit_pads(node.attr("auto_pad", "NOTSET"), node.attr("pads"), spatial, k, s, d)
     begin, end = pads[:len(k)], pads[len(k):]
     # the windows the output has must fit: ceil_mode's last window may need padding at the end
-    end = [max(e, (o - 1) * st + (kk - 1) * dd + 1 - n - b)
+    end = [maximum(e, sub(add(mul(add(o, -1), st), (kk - 1) * dd + 1), add(n, b)))
            for e, o, st, kk, dd, n, b in zip(end, y[2:], s, k, d, spatial, begin)]
     return k, s, d, begin, end
 
@@ -345,10 +346,14 @@ def check_view(node: Node) -> str | None:
     if training is not None and (training.const is None or bool(training.const)):
         return "Dropout may be in training mode"
     x, y = node.inputs[0], node.outputs[0]
-    if x.is_static and y.is_static and math.prod(x.shape) != math.prod(y.shape):
-        # the sizes of a call contradict the model: PyTorch runs it and names the error
-        return f"its input has {math.prod(x.shape)} elements and its output {math.prod(y.shape)}"
-    return dense(node, (0,))
+    why = dense(node, (0,))
+    if why:
+        return why
+    if product(x.shape) != product(y.shape):
+        # the sizes of a call contradict the model (static), or the view's sizes are not shown
+        # equal (symbolic): PyTorch runs it (and names the error)
+        return f"its input has {product(x.shape)} elements and its output {product(y.shape)}"
+    return None
 
 
 @native("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout", check=check_view,
@@ -388,7 +393,8 @@ def _block(node: Node) -> list[tuple[list[int], list[int]]] | None:
         if idx is None or idx.size != 1 or idx.ndim > 1:
             return None
         axis = node.attr("axis", 0) % len(shape)
-        i = int(idx.reshape(-1)[0]) % shape[axis]
+        i = int(idx.reshape(-1)[0])
+        i = i % shape[axis] if isinstance(shape[axis], int) else (add(shape[axis], i) if i < 0 else i)
         return [([i if a == axis else 0 for a in range(len(shape))],
                  [1 if a == axis else d for a, d in enumerate(shape)])]
     if node.op_type == "Slice" and node.input(1) is None:   # Slice-1: attributes, no steps
@@ -405,16 +411,21 @@ def _block(node: Node) -> list[tuple[list[int], list[int]]] | None:
         offsets, sizes = [0] * len(shape), list(shape)
         for a, b, e in zip(axes_, starts, ends):
             clamp = lambda i: int(max(min(i, 2**62), -2**62))   # noqa: E731 - INT64_MAX ends
-            lo, hi, _ = slice_bounds(shape[a], clamp(b), clamp(e), 1)
-            offsets[a], sizes[a] = lo, max(hi - lo, 0)
+            if isinstance(shape[a], int):
+                lo, hi, _ = slice_bounds(shape[a], clamp(b), clamp(e), 1)
+            else:
+                lo, hi = symbolic_slice_bounds(shape[a], clamp(b), clamp(e))
+            offsets[a], sizes[a] = lo, maximum(sub(hi, lo), 0)
         return [(offsets, sizes)]
     axis = node.attr("axis", 0) % len(shape)   # Split
     parts = [list(v.shape)[axis] for v in node.outputs]
+    if any(p is None for p in parts):
+        return None
     blocks, at = [], 0
     for n in parts:
         blocks.append(([at if a == axis else 0 for a in range(len(shape))],
                        [n if a == axis else d for a, d in enumerate(shape)]))
-        at += n
+        at = add(at, n)
     return blocks
 
 
@@ -595,7 +606,7 @@ def check_onnx_layer_norm(node: Node) -> str | None:
     if why:
         return why
     x = node.inputs[0]
-    normalized = math.prod(x.shape[_norm_axis(node):])
+    normalized = product(x.shape[_norm_axis(node):])
     if any(v is not None and v.const.size != normalized for v in node.inputs[1:3]):
         return "the scale or bias broadcasts over the normalized axes"
     return None

@@ -38,8 +38,14 @@ in an outer loop (OpenMP over rows where the space is large enough):
     per row   values constant along the row (the reductions' results, what is computed from
               them) are computed once per row between the passes, and stored once per row
 
-All arithmetic is float32, reductions accumulate in float32; max and min propagate NaN. Sizes
-are static (native partitions are specialised per shape).
+All arithmetic is float32, reductions accumulate in float32; max and min propagate NaN.
+
+Sizes: an elementwise region's space may be symbolic (a model with dynamic axes). Its kernel is
+then made once for every size: each symbolic size of the space is `d[k]`, an argument the
+runtime fills for the call's sizes (the kernel's `sizes`, evaluated per set of input sizes), and
+its loop bounds, strides and thresholds are products of them; the vector loop is always there,
+its tail masked. Static sizes are literals, as the compiler then unrolls and folds best. A row
+kernel's space is static (region_space.py).
 """
 from __future__ import annotations
 
@@ -52,6 +58,7 @@ from ...ir.builder import fused
 from ...ir.fused_ops import typed_body
 from ...ir.region_space import VIEWS, LayoutError, Space, data_inputs
 from ...ir.scalar import ROW_OPS, c_float, expression
+from ...ir.symbolic import c_expr, evaluate, floordiv, is_size, is_symbolic, mul, product, symbols
 from .build import vector_lanes
 from .emit import PartitionSource, dims
 from .impls import native
@@ -76,15 +83,15 @@ class Operand:
     value: str = ""           # the C variable an input's element is loaded into (x0, x0_1)
 
 
-def collapse(space: list[int], operands: list[list[int]]) -> tuple[list[int], list[list[int]]]:
+def collapse(space: list, operands: list[list]) -> tuple[list, list[list]]:
     """Merge axis d into d+1 where every operand steps over d as one run of d+1; drop unit axes."""
     keep = [d for d, n in enumerate(space) if n != 1]
     sizes = [space[d] for d in keep]
     strides = [[s[d] for d in keep] for s in operands]
     d = len(sizes) - 2
     while d >= 0:
-        if all(s[d] == s[d + 1] * sizes[d + 1] for s in strides):
-            sizes[d + 1] *= sizes[d]
+        if all(s[d] == mul(s[d + 1], sizes[d + 1]) for s in strides):
+            sizes[d + 1] = mul(sizes[d + 1], sizes[d])
             del sizes[d]
             for s in strides:
                 del s[d]
@@ -119,8 +126,8 @@ def _lay_out(body: Graph) -> tuple[Space | None, str | None]:
             continue
         if v.dtype != DType.FLOAT:
             return None, f"{v.name!r} is not float32"
-        if not v.is_static:
-            return None, f"{v.name!r} has shape {v.type_str()}: generated kernels need static shapes"
+        if v.shape is None or not all(is_size(d) for d in v.shape):
+            return None, f"{v.name!r} has shape {v.type_str()}: a generated kernel needs every dim known"
     for v in body.constants.values():
         if v.const.size != 1 and v.dtype == DType.FLOAT:
             return None, f"its constant {v.name!r} is not a scalar"
@@ -143,7 +150,11 @@ class _Body:
         space, why = _laid_out(body)
         if space is None:
             raise ValueError(f"region {node.name!r}: {why}")
-        self.space = space
+        # each symbolic size of the space is d[k] in the kernel: its `sizes` list, the k-th entry
+        # what the caller evaluates for the call
+        self.sizes_in: list = list(dict.fromkeys(s for s in space.sizes if is_symbolic(s)))
+        names = {s: f"d[{k}]" for k, s in enumerate(self.sizes_in)}
+        self.space = space = space.renamed([names.get(s, s) if is_symbolic(s) else s for s in space.sizes])
         self.sizes = space.sizes
         self.names: dict[int, str] = {id(v): c_float(v.const.reshape(-1)[0]) for v in body.constants.values()
                                       if v.const.size == 1 and v.dtype == DType.FLOAT}
@@ -168,8 +179,15 @@ class _Body:
         return None if v is None else self.reads.get((k, i)) or self.names[id(v)]
 
 
-def kernel_source(node: Node, fn: str, lanes: int | None = None, orders: Orders | None = None) -> str:
-    """The C++ function `fn(in, out)` computing the region node; an elementwise one `lanes`
+@dataclass
+class GeneratedKernel:
+    source: str     # the C++ function
+    sizes: list     # what its d[k] are: symbolic dims of the region's space (empty: all static)
+
+
+def generated_kernel(node: Node, fn: str, lanes: int | None = None,
+                     orders: Orders | None = None) -> GeneratedKernel:
+    """The C++ function `fn(in, out, d)` computing the region node; an elementwise one `lanes`
     elements at a time (lanes.h; default: what this CPU and compiler have, build.py). `orders`:
     the axis order each input and output is stored in (None: row-major), as the plan lays them
     out (lower.py channels_last); only an elementwise region takes them."""
@@ -180,15 +198,31 @@ def kernel_source(node: Node, fn: str, lanes: int | None = None, orders: Orders 
     if b.space.rows is not None:
         if b.ordered:
             raise ValueError(f"region {node.name!r}: a row kernel reads its operands row-major")
-        return _row_source(node, b, fn)
-    return _loop_nest_source(node, b, fn, lanes)
+        return GeneratedKernel(_row_source(node, b, fn), b.sizes_in)
+    return GeneratedKernel(_loop_nest_source(node, b, fn, lanes), b.sizes_in)
+
+
+def kernel_source(node: Node, fn: str, lanes: int | None = None, orders: Orders | None = None) -> str:
+    return generated_kernel(node, fn, lanes, orders).source
+
+
+def _c(x) -> str:
+    """A size in C: a literal, d[k], or a product of them in parentheses."""
+    text = c_expr(x)
+    return text if isinstance(x, int) or (isinstance(x, str) and x.startswith("d[")) else f"({text})"
+
+
+def _ordering(stride) -> int:
+    """A stride's rank among a dense layout's: its value with every size large (the order of a
+    layout's strides is that of its axes, whatever the sizes)."""
+    return evaluate(stride, {s: 1 << 20 for s in symbols(stride)})
 
 
 def _loop_nest_source(node: Node, b: _Body, fn: str, lanes: int) -> str:
     body, space = b.body, list(b.sizes)
     ops, outs = b.ins, b.outs
     if b.ordered:   # the loops in the order the first output is stored in: channels innermost
-        perm = sorted(range(len(space)), key=lambda d: -outs[0].strides[d])
+        perm = sorted(range(len(space)), key=lambda d: -_ordering(outs[0].strides[d]))
         space = [space[d] for d in perm]
         for o in ops + outs:
             o.strides = [o.strides[d] for d in perm]
@@ -197,17 +231,18 @@ def _loop_nest_source(node: Node, b: _Body, fn: str, lanes: int) -> str:
         o.strides = s
     rank, inner = len(sizes), len(sizes) - 1
     idx = [f"i{d}" for d in range(rank)]
-    vector = lanes > 1 and sizes[inner] >= lanes
-    unroll = _unroll(sizes[inner] // lanes, len(body.nodes)) if vector else 1
-    unrolled_end = sizes[inner] // (lanes * unroll) * lanes * unroll if unroll > 1 else 0
+    n_inner = sizes[inner]
+    vector = lanes > 1 and (is_symbolic(n_inner) or n_inner >= lanes)
+    unroll = _unroll(UNROLL if is_symbolic(n_inner) else n_inner // lanes, len(body.nodes)) if vector else 1
+    unrolled_end = mul(floordiv(n_inner, lanes * unroll), lanes * unroll) if unroll > 1 else 0
 
     def at(o: Operand, index: dict[str, str], nth: bool = False) -> str:
         """o's element at the loop indices, `index` fixing some; `nth`: of the u-th vector of an
         unrolled step."""
-        terms = [f"{i} * {s}" if s != 1 else i for i, s in zip(idx, o.strides)
-                 if s and index.get(i) != "0"]
-        if nth and o.strides[inner]:
-            terms.append(f"{lanes * o.strides[inner]} * u")
+        terms = [f"{i} * {_c(s)}" if s != 1 else i for i, s in zip(idx, o.strides)
+                 if s != 0 and index.get(i) != "0"]
+        if nth and o.strides[inner] != 0:
+            terms.append(f"{_c(mul(lanes, o.strides[inner]))} * u")
         return f"{o.name}[{' + '.join(terms) or '0'}]"
 
     def lanes_of(o: Operand, index: dict[str, str], nth: bool = False) -> str | None:
@@ -216,7 +251,7 @@ def _loop_nest_source(node: Node, b: _Body, fn: str, lanes: int) -> str:
         step = o.strides[inner]
         if not vector or idx[inner] in index or step == 0:
             return None
-        return f"&{at(o, index, nth)}" + (f", {step}" if step != 1 else "")
+        return f"&{at(o, index, nth)}" + (f", {_c(step)}" if step != 1 else "")
 
     def compute(index: dict[str, str]) -> list[str]:
         lines = [f"const vec16 {o.value} = load16({where}, live);" if (where := lanes_of(o, index))
@@ -230,7 +265,8 @@ def _loop_nest_source(node: Node, b: _Body, fn: str, lanes: int) -> str:
         return lines
 
     def once(o: Operand, index: dict[str, str]) -> str:
-        zero = [f"{i} == 0" for i, s, n in zip(idx, o.strides, sizes) if s == 0 and n > 1 and i not in index]
+        zero = [f"{i} == 0" for i, s, n in zip(idx, o.strides, sizes)
+                if s == 0 and (is_symbolic(n) or n > 1) and i not in index]
         return f"if ({' && '.join(zero)}) " if zero else ""
 
     def store(v, o: Operand, index: dict[str, str]) -> str:
@@ -269,27 +305,30 @@ def _loop_nest_source(node: Node, b: _Body, fn: str, lanes: int) -> str:
     _name_values(b)
     # outputs constant along the inner axis are stored after the inner loop, from its first
     # element recomputed, so no store in the inner loop is conditional on the inner index
-    inner_const = [o.strides[inner] == 0 and sizes[inner] > 1 for o in outs]
+    inner_const = [o.strides[inner] == 0 and (is_symbolic(n_inner) or n_inner > 1) for o in outs]
     body_lines = compute({}) + [store(v, o, {}) for v, o, c in zip(body.outputs, outs, inner_const) if not c]
     if vector:
-        body_lines.insert(0, f"const __mmask16 live = lanes_from({sizes[inner]} - {idx[inner]});")
+        body_lines.insert(0, f"const __mmask16 live = lanes_from({_c(n_inner)} - {idx[inner]});")
     tail_lines = []
     if any(inner_const):
         first = {idx[inner]: "0"}
         tail_lines = ["{"] + ["  " + line for line in compute(first)] + \
             ["  " + store(v, o, first) for v, o, c in zip(body.outputs, outs, inner_const) if c] + ["}"]
 
-    numel = math.prod(sizes)
+    numel = product(sizes)
     lines = _header(node, b, fn)
     if vector:
         lines[0] += f", {lanes} elements at a time" + (f", up to {unroll} vectors a step" if unroll > 1 else "")
     pad = "  "
-    if numel >= PARALLEL_ELEMENTS:
+    # a symbolic space: the threads woken where this call's is large enough
+    parallel = is_symbolic(numel) or numel >= PARALLEL_ELEMENTS
+    when = f" if ({_c(numel)} >= {PARALLEL_ELEMENTS})" if is_symbolic(numel) else ""
+    if parallel:
         lines.append(pad + (f"#pragma omp parallel for collapse({inner}) schedule(static)" if inner > 1
                             else "#pragma omp parallel for schedule(static)" if inner == 1 or vector
-                            else "#pragma omp parallel for simd schedule(static)"))
+                            else "#pragma omp parallel for simd schedule(static)") + when)
     for d in range(inner):
-        lines.append(f"{pad}for (int64_t {idx[d]} = 0; {idx[d]} < {sizes[d]}; ++{idx[d]}) {{")
+        lines.append(f"{pad}for (int64_t {idx[d]} = 0; {idx[d]} < {_c(sizes[d])}; ++{idx[d]}) {{")
         pad += "  "
 
     def inner_loop(begin: int, end: int, step: int, body_lines: list[str]) -> list[str]:
@@ -298,14 +337,14 @@ def _loop_nest_source(node: Node, b: _Body, fn: str, lanes: int) -> str:
         return [f"{pad}for (int64_t {i} = {begin}; {i} < {end}; {advance}) {{",
                 *[pad + "  " + line for line in body_lines], pad + "}"]
     if not vector:
-        if not (rank == 1 and numel >= PARALLEL_ELEMENTS):
+        if not (rank == 1 and parallel):
             lines.append(pad + "#pragma omp simd")
-        lines += inner_loop(0, sizes[inner], 1, body_lines)
+        lines += inner_loop(0, _c(n_inner), 1, body_lines)
     else:
         if unroll > 1:
-            lines += inner_loop(0, unrolled_end, lanes * unroll, compute_unrolled())
-        if unrolled_end < sizes[inner]:
-            lines += inner_loop(unrolled_end, sizes[inner], lanes, body_lines)
+            lines += inner_loop(0, _c(unrolled_end), lanes * unroll, compute_unrolled())
+        if is_symbolic(n_inner) or unrolled_end < n_inner:
+            lines += inner_loop(_c(unrolled_end), _c(n_inner), lanes, body_lines)
     lines += [pad + line for line in tail_lines]
     for d in range(inner - 1, -1, -1):
         pad = pad[:-2]
@@ -330,7 +369,9 @@ def _name_values(b: _Body) -> None:
 
 
 def _header(node: Node, b: _Body, fn: str) -> list[str]:
-    lines = [f"// {node.attrs['kernel']}: {len(b.body.nodes)} op(s) over {list(b.sizes)}",
+    over = [str(s) for s in b.sizes] + ([f"d = {[str(s) for s in b.sizes_in]}"] if b.sizes_in else [])
+    lines = [f"// {node.attrs['kernel']}: {len(b.body.nodes)} op(s) over [{', '.join(over[:len(b.sizes)])}]"
+             + (f"; {over[-1]}" if b.sizes_in else ""),
              f"static void {fn}(const float* const* in, float* const* out, const int64_t* d) {{"]
     lines += [f"  const float* in{i} = in[{i}];" for i in range(len(b.body.inputs))]
     lines += [f"  float* out{j} = out[{j}];" for j in range(len(b.outs))]
@@ -503,6 +544,7 @@ def _row_source(node: Node, b: _Body, fn: str) -> str:
 def emit_region(node: Node, p: PartitionSource) -> None:
     """A generated C++ loop nest over the region's iteration space (kernels.py)."""
     orders = ([p.order(v) for v in node.inputs], [p.order(v) for v in node.outputs])
-    fn = p.define(lambda name: kernel_source(node, name, orders=orders))
+    made: list[GeneratedKernel] = []
+    fn = p.define(lambda name: made.append(generated_kernel(node, name, orders=orders)) or made[0].source)
     p.call("kernel", fn, p.ids_of(p.out(node, j) for j in range(len(node.outputs))),
-           p.ids_of(p.ref(v) for v in node.inputs), dims([]))
+           p.ids_of(p.ref(v) for v in node.inputs), dims(made[0].sizes))

@@ -3,10 +3,12 @@ calling them from Python.
 
 The runtime library (runtime/*.cpp) is loaded once per process; a model's generated kernels, if
 it has any, are one more library whose table `af_kernels` the partitions' programs index. A
-NativePartition is built once per set of sizes (its program evaluated for them, the oneDNN
-primitives created, weights reordered, the arena allocated) and then called with torch tensors:
-it allocates the outputs, passes the data pointers of inputs and outputs, and runs every step
-of the partition in one C call.
+NativePartition is a partition of the plan for every set of sizes: its program encoded once;
+for each set of sizes a call brings, a BuiltPartition (the program's dims evaluated for them,
+the oneDNN primitives created, weights reordered, the arena allocated; no compiler runs), the
+most recent ones kept. A BuiltPartition is called with torch tensors: it allocates the outputs,
+passes the data pointers of inputs and outputs, and runs every step of the partition in one C
+call.
 """
 from __future__ import annotations
 
@@ -15,7 +17,9 @@ import functools
 import math
 import threading
 import weakref
+from collections import OrderedDict
 from pathlib import Path
+from typing import Callable, Mapping
 
 import torch
 
@@ -84,7 +88,85 @@ class KernelTable:
         self.pointers = (_c * count).in_dll(self.lib, "af_kernels")
 
 
+class SizesOutOfReach(Exception):
+    """A call's sizes a native partition cannot be set up for (a dim below 1: an empty tensor):
+    the model runs that call on PyTorch's kernels (model.py)."""
+
+
+SIZE_CACHE = 8   # sets of sizes a native partition keeps built, by default (AUTOFUSION_SIZE_CACHE)
+
+
 class NativePartition:
+    """One native partition of a plan, for every set of sizes. Called with the call's symbolic
+    sizes (a dict, None for a static model) and its input tensors; a size the call does not
+    give (one known only at run time, as a count NonZero made) is read off an input that has it
+    as a dim. `built(index, nodes, kernels, sizes)` hears of each set of sizes it is set up for
+    (its plan's partition index, its nodes, what runs each, the sizes)."""
+
+    def __init__(self, library: NativeLibrary, program: Program, kernels: KernelTable | None,
+                 nodes: list[Node], cache: int = SIZE_CACHE, built: Callable | None = None):
+        self.library, self.program, self.table, self.node_list = library, program, kernels, nodes
+        self.encoded = encoded = program.encode()
+        self.symbols = encoded.symbols
+        self.from_inputs = {}
+        for slot, v in enumerate(program.inputs):
+            for axis, d in enumerate(v.shape):
+                if isinstance(d, str):
+                    self.from_inputs.setdefault(d, (slot, axis))
+        self.cache, self.on_built = max(int(cache), 1), built
+        self.built: OrderedDict[tuple, BuiltPartition] = OrderedDict()
+        self.last: BuiltPartition | None = None
+        self.last_sizes: dict[str, int] = {}
+        if not self.symbols:
+            self.for_sizes(())
+
+    def sizes_of(self, given: Mapping[str, int] | None, xs) -> tuple[int, ...]:
+        """The values of self.symbols for a call: given, or read off the inputs."""
+        out = []
+        for s in self.symbols:
+            if given is not None and s in given:
+                out.append(given[s])
+            elif s in self.from_inputs:
+                slot, axis = self.from_inputs[s]
+                out.append(int(xs[slot].shape[axis]))
+            else:
+                raise RuntimeError(f"{_partition(self.node_list)}: no input gives the size {s!r}")
+        return tuple(out)
+
+    def for_sizes(self, key: tuple[int, ...]) -> "BuiltPartition":
+        """The partition built for these values of self.symbols: made on first use (no compiler
+        runs), the most recent `cache` kept."""
+        built = self.built.get(key)
+        if built is None:
+            if self.encoded.too_small(key):
+                raise SizesOutOfReach(f"sizes {dict(zip(self.symbols, key))} make an empty tensor")
+            built = BuiltPartition(self.library, self.program, self.encoded, self.table, self.node_list, key)
+            self.built[key] = built
+            if len(self.built) > self.cache:
+                self.built.popitem(last=False)
+        else:
+            self.built.move_to_end(key)
+        if built is not self.last:
+            self.last, self.last_sizes = built, dict(zip(self.symbols, key))
+            if self.on_built is not None:
+                self.on_built(self.program.index, self.node_list, built.kernels, self.last_sizes)
+        return built
+
+    def __call__(self, sizes: Mapping[str, int] | None, *xs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        built = self.last if not self.symbols else self.for_sizes(self.sizes_of(sizes, xs))
+        return built(*xs)
+
+    def profile(self, on: bool) -> None:
+        for built in self.built.values():
+            built.profile(on)
+
+    def step_seconds(self) -> list[float]:
+        """Per step, the seconds counted since profiling was turned on, over every set of sizes."""
+        counts = [b.step_seconds() for b in self.built.values()]
+        return [sum(c) for c in zip(*counts)] if counts else [0.0] * self.program.steps
+
+
+class BuiltPartition:
     """One native partition built for one set of sizes, callable with its input tensors; returns
     its output tensors."""
 

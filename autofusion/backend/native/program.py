@@ -31,6 +31,7 @@ from ...ir.scalar import c_float
 from ...ir.symbolic import compile_sizes, is_symbolic, symbols
 
 INT, FLOAT, LIST, ACTS, NAME, KERNEL = range(6)
+SHAPES = {"input": 2, "output": 2, "constant": 2, "value": 1}   # the calls declaring a value: its dims' argument
 
 
 class Dims(tuple):
@@ -124,6 +125,7 @@ class Encoded:
         self.strings: list[str] = []
         index: dict[str, int] = {}
         symbolic: list[tuple[int, object]] = []
+        shapes: list[int] = []   # which of those are a value's dims (the others: pads, offsets)
 
         def name(text: str) -> int:
             if text not in index:
@@ -133,7 +135,9 @@ class Encoded:
 
         for call in program.calls:
             words += [NAME, name(call.method), len(call.args)]
-            for a in call.args:
+            for k, a in enumerate(call.args):
+                if isinstance(a, Dims) and call.method in SHAPES and SHAPES[call.method] == k:
+                    shapes.extend(range(len(symbolic), len(symbolic) + sum(map(is_symbolic, a))))
                 if isinstance(a, bool) or isinstance(a, (int, np.integer)):
                     words += [INT, int(a)]
                 elif isinstance(a, float):
@@ -162,6 +166,15 @@ class Encoded:
         self.positions = np.array([p for p, _ in symbolic], dtype=np.int64)
         self.sizes: Callable[[tuple], tuple] | None = \
             compile_sizes([d for _, d in symbolic], self.symbols) if symbolic else None
+        self.shapes = shapes
+
+    def too_small(self, sizes: tuple[int, ...]) -> bool:
+        """Whether these sizes make some value's dim below 1 (an empty tensor, or a size the model
+        cannot have): the partition is not built for them."""
+        if self.sizes is None:
+            return False
+        values = self.sizes(sizes)
+        return any(values[k] < 1 for k in self.shapes)
 
     def words_for(self, sizes: tuple[int, ...] = ()) -> np.ndarray:
         """The words with every symbolic dim evaluated for these sizes of self.symbols."""
