@@ -2,9 +2,11 @@
 
     1. choose   for each node, every implementation of its op on the allowed targets is asked;
                 the cheapest that accepts it wins; the others' reasons are kept
-    2. order    a topological order that stays on one target while it can (Kahn's algorithm,
-                ready nodes of the current target first), so native runs are as long as the
-                graph allows
+    2. order    of the nodes a run needs (those the outputs depend on through what each chosen
+                implementation reads at run time: a shape computation only native steps read,
+                as sizes they take from the plan, is not run), a topological order that stays on
+                one target while it can (Kahn's algorithm, ready nodes of the current target
+                first), so native runs are as long as the graph allows
     3. split    partitions: maximal runs of native nodes in that order, each one C++ function
                 called once per run; every torch node is a step of its own
     4. precision where the compile asks for bf16: each native convolution or product computes in
@@ -28,7 +30,7 @@ from ..ir import Graph, Node, Value
 from ..ir.region_space import VIEWS
 from ..ir.scalar import ROW_OPS
 from ..ir.sequences import touches_sequences
-from ..ir.symbolic import is_size
+from ..ir.symbolic import is_size, symbols
 from .impl import Impl, implementations
 
 BACKENDS = ("auto", "native", "torch")
@@ -72,6 +74,7 @@ class Plan:
     decisions: dict[Node, Decision]
     partitions: list[Partition]       # in execution order; torch partitions hold one node
     precision: str = "fp32"           # what the compile asked the products to compute in
+    unused: list[Node] = field(default_factory=list)   # not run: only sizes native steps take from the plan
     # what runs each native node, as its built partition reports (oneDNN's implementation, the
     # runtime's own loop): the runtime picks some at build time, from layouts only oneDNN knows;
     # for symbolic sizes, as last set up, for these sizes (by partition index)
@@ -100,10 +103,13 @@ class Plan:
         if self.backend == "torch":
             return f"Backend: torch ({n_torch} nodes as PyTorch calls)"
         return (f"Backend: native — {n_native} node(s) in {len(native)} native partition(s), "
-                f"{n_torch} node(s) on PyTorch")
+                f"{n_torch} node(s) on PyTorch" + (f", {len(self.unused)} not run (sizes the plan holds)"
+                                                   if self.unused else ""))
 
     def __str__(self) -> str:
         lines = [self.summary()]
+        lines += [f"  not run {n.name} ({n.op}): only sizes native steps read, which the plan holds"
+                  for n in self.unused]
         for part in self.partitions:
             if part.target == "torch":
                 d = self.decisions[part.nodes[0]]
@@ -146,12 +152,56 @@ def lower(graph: Graph, backend: str = "auto", native_unavailable: str | None = 
         for n, d in decisions.items():
             if d.impl.reduced and n.name not in keep_fp32:
                 d.precision = "bf16"
-    order = schedule(graph, {n: d.impl.target for n, d in decisions.items()})
-    partitions = split(order, decisions)
+    needed = needed_at_run_time(graph, decisions)
+    given = {d for v in graph.inputs for d in v.shape or () if isinstance(d, str)}
+    while True:   # each round leaves a node whose sizes no one gives to PyTorch; rarely a second
+        order = schedule(graph, {n: d.impl.target for n, d in decisions.items()}, needed)
+        partitions = split(order, decisions)
+        unbound = {n: s for part in partitions if part.target == "native"
+                   for n, s in unbound_sizes(part, given).items()}
+        if not unbound:
+            break
+        for n, s in unbound.items():
+            d = decisions[n] = choose(n, ("torch",))
+            d.refused.insert(0, ("onednn", f"its size {s!r} is known only at run time, and no input of "
+                                           "its native partition has it as a dim"))
     for part in partitions:
         if part.target == "native":
-            plan_values(part, decisions, graph)
-    return Plan(backend, native_unavailable, decisions, partitions, precision)
+            plan_values(part, decisions, graph, needed)
+    return Plan(backend, native_unavailable, decisions, partitions, precision,
+                unused=[n for n in graph.nodes if n not in needed])
+
+
+def unbound_sizes(part: Partition, given: set[str]) -> dict[Node, str]:
+    """The nodes of a native partition that read or write a dim of a symbol neither a call gives
+    (a graph input's) nor an input of the partition has as a dim (one known only at run time: a
+    count NonZero made, a size ONNX's inference named and no rule derives): each with one."""
+    inside = set(part.nodes)
+    bound = set(given) | {d for n in part.nodes for v in n.inputs
+                          if v is not None and v.producer not in inside for d in v.shape or ()
+                          if isinstance(d, str)}
+    out: dict[Node, str] = {}
+    for n in part.nodes:
+        free = {s for v in (*n.inputs, *n.outputs) if v is not None for d in v.shape or ()
+                for s in symbols(d)} - bound
+        if free:
+            out[n] = min(free)
+    return out
+
+
+def needed_at_run_time(graph: Graph, decisions: dict[Node, Decision]) -> set[Node]:
+    """The nodes the graph's outputs depend on through the inputs each node's implementation
+    reads at run time (a native reshape takes its target's dims from the plan, not from the
+    tensor a shape computation makes)."""
+    needed: set[Node] = set()
+    todo = [v.producer for v in graph.outputs if v.producer is not None]
+    while todo:
+        n = todo.pop()
+        if n in needed:
+            continue
+        needed.add(n)
+        todo += [v.producer for v in decisions[n].impl.reads(n) if v.producer is not None]
+    return needed
 
 
 def choose(node: Node, targets: tuple[str, ...]) -> Decision:
@@ -173,11 +223,12 @@ def choose(node: Node, targets: tuple[str, ...]) -> Decision:
     return Decision(node, best, refused + rejected)
 
 
-def schedule(graph: Graph, target: dict[Node, str]) -> list[Node]:
-    """A topological order that takes the ready nodes of the current target first."""
-    nodes = graph.nodes
+def schedule(graph: Graph, target: dict[Node, str], needed: set[Node] | None = None) -> list[Node]:
+    """A topological order of the needed nodes (default all) that takes the ready nodes of the
+    current target first."""
+    nodes = [n for n in graph.nodes if needed is None or n in needed]
     rank = {n: i for i, n in enumerate(nodes)}
-    pending = {n: len({v.producer for v in n.inputs if v is not None and v.producer is not None})
+    pending = {n: len({v.producer for v in n.inputs if v is not None and v.producer in rank})
                for n in nodes}
     ready: dict[str, list[int]] = {"torch": [], "native": []}   # ranks, in the graph's order
     for n in nodes:
@@ -189,7 +240,7 @@ def schedule(graph: Graph, target: dict[Node, str]) -> list[Node]:
             current = min((t for t in ready if ready[t]), key=lambda t: ready[t][0])
         n = nodes[heapq.heappop(ready[current])]
         order.append(n)
-        for user in {u for v in n.outputs for u in v.users}:
+        for user in {u for v in n.outputs for u in v.users if u in rank}:
             pending[user] -= 1
             if not pending[user]:
                 heapq.heappush(ready[target[user]], rank[user])
@@ -281,8 +332,10 @@ def _channels_last_operands(n: Node, part: Partition, decisions: dict[Node, Deci
     return full
 
 
-def plan_values(part: Partition, decisions: dict[Node, Decision], graph: Graph) -> None:
-    """Boundary, layouts, lifetimes and in-place steps of one native partition."""
+def plan_values(part: Partition, decisions: dict[Node, Decision], graph: Graph,
+                needed: set[Node] | None = None) -> None:
+    """Boundary, layouts, lifetimes and in-place steps of one native partition (`needed`: the
+    nodes a run runs, default all)."""
     step_of = {n: i for i, n in enumerate(part.nodes)}
     graph_outputs = set(graph.outputs)
     inputs: dict[Value, None] = {}
@@ -292,7 +345,7 @@ def plan_values(part: Partition, decisions: dict[Node, Decision], graph: Graph) 
                 inputs.setdefault(v)
     part.inputs = list(inputs)
     outputs = [v for n in part.nodes for v in n.outputs
-               if v in graph_outputs or any(u not in step_of for u in v.users)]
+               if v in graph_outputs or any(u not in step_of and (needed is None or u in needed) for u in v.users)]
     part.outputs = outputs
     out_set = set(outputs)
 

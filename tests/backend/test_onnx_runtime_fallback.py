@@ -123,8 +123,7 @@ def test_on_the_native_backend_it_is_a_torch_step_between_native_partitions(batc
     for n in (1, 2) if batch == "N" else (1,):
         x = np.random.default_rng(n).standard_normal((n, 3, 8, 8)).astype(np.float32)
         m = _check(model, {"x": x}, backend="native")
-        program = m.program_for({"N": n} if batch == "N" else {})
-        assert [(p.target, [d.op for d in p.nodes]) for p in program.plan.partitions] == [
+        assert [(p.target, [d.op for d in p.nodes]) for p in m.plan.partitions] == [
             ("native", ["autofusion::FusedConv"]), ("torch", [ORT_KEY]), ("native", ["autofusion::FusedConv"])]
 
 

@@ -114,6 +114,14 @@ def refusal(node: Node) -> str | None:
 _LAID_OUT: weakref.WeakKeyDictionary[Graph, tuple[Space | None, str | None]] = weakref.WeakKeyDictionary()
 
 
+def space_of(node: Node) -> Space:
+    """A region's iteration space, in the graph's dims (its check accepted it)."""
+    space, why = _laid_out(typed_body(node))
+    if space is None:
+        raise ValueError(f"region {node.name!r}: {why}")
+    return space
+
+
 def _laid_out(body: Graph) -> tuple[Space | None, str | None]:
     if body not in _LAID_OUT:
         _LAID_OUT[body] = _lay_out(body)
