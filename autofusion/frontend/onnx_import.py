@@ -11,8 +11,9 @@ optional of a sequence) become OnnxRuntimeCall nodes, one per connected group
 
 Two spellings exporters use are read as what they mean. The domain "ai.onnx" is the default
 domain "" (so rules match those nodes and shape inference reads them). A graph input's
-dimension declared negative (-1, as Paddle writes a dynamic axis) or left blank is a free
-dimension, named "<input>_dim<axis>" ("x_dim0"); ONNX Runtime also takes any size there. A
+dimension declared negative (-1, as Paddle writes a dynamic axis), left blank or named "?"
+(paddle2onnx) is a free dimension of its own, named "<input>_dim<axis>" ("x_dim0"); ONNX
+Runtime also takes any size there, and two such dims are not one size. A
 dimension declared 0 stays a static, empty dimension, as in ONNX Runtime (which refuses any
 other size for it).
 """
@@ -191,16 +192,20 @@ def _normalise_domains(model: onnx.ModelProto) -> None:
         fix_nodes(f.node)
 
 
+FREE = ("?",)   # dim names that mean "any size" (paddle2onnx's), not one size shared by name
+
+
 def _name_free_dims(g: onnx.GraphProto) -> None:
-    """Give each free graph-input dimension (declared < 0 or blank) a symbolic name before shape
-    inference, so inference carries it through the graph; a negative dimension declared on any
-    other edge is unknown (inference fills it)."""
+    """Give each free graph-input dimension (declared < 0, blank or "?") a symbolic name of its
+    own before shape inference, so inference carries it through the graph, and two free dims
+    are not taken for one; a free dimension declared on any other edge is unknown (inference
+    fills it)."""
     taken = {d.dim_param for vi in [*g.input, *g.output, *g.value_info]
              if vi.type.HasField("tensor_type") for d in vi.type.tensor_type.shape.dim}
     for vi in g.input:
         for axis, d in enumerate(vi.type.tensor_type.shape.dim if vi.type.HasField("tensor_type") else ()):
             if (d.HasField("dim_value") and d.dim_value < 0) or \
-                    (not d.HasField("dim_value") and not d.dim_param):
+                    (not d.HasField("dim_value") and (not d.dim_param or d.dim_param in FREE)):
                 name = f"{vi.name}_dim{axis}"
                 while name in taken:
                     name += "_"
@@ -208,7 +213,7 @@ def _name_free_dims(g: onnx.GraphProto) -> None:
                 d.dim_param = name   # a oneof: clears dim_value
     for vi in [*g.output, *g.value_info]:
         for d in vi.type.tensor_type.shape.dim if vi.type.HasField("tensor_type") else ():
-            if d.HasField("dim_value") and d.dim_value < 0:
+            if (d.HasField("dim_value") and d.dim_value < 0) or d.dim_param in FREE:
                 d.Clear()
 
 
