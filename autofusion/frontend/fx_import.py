@@ -32,6 +32,7 @@ from torch import fx
 from ..errors import GraphError
 from ..ir import DType, Graph, GraphBuilder, Value
 from ..ir.torch_call import TORCH_DOMAIN
+from ..ir import symbolic
 from .fx_trace import UnsupportedGraphError
 
 TORCH_TO_DTYPE = {
@@ -71,12 +72,37 @@ def dtype_of(t: torch.dtype, where: str) -> DType:
     return TORCH_TO_DTYPE[t]
 
 
-def ir_dim(d) -> int | str:
-    """A size as an IR dim: an int, or the symbolic expression's text ("s0")."""
+def ir_dim(d):
+    """A size as an IR dim: an int, a symbol ("s0"), a size computed from symbols (s0 + 1, 2·s1,
+    s0 // 2: ir/symbolic.py), or the expression's text where it is none of those."""
     if isinstance(d, int):
         return d
     expr = sym_expr(d)
-    return int(expr) if expr.is_number else str(expr)
+    if expr.is_number:
+        return int(expr)
+    dim = _dim_of(expr)
+    return str(expr) if dim is None else dim
+
+
+def _dim_of(expr: sympy.Expr):
+    """A sympy size expression as an IR dim, or None where it is not one symbolic.py computes."""
+    if expr.is_Integer:
+        return int(expr)
+    if expr.is_Symbol:
+        return str(expr)
+    args = [_dim_of(a) for a in expr.args]
+    if any(a is None for a in args):
+        return None
+    kind = type(expr).__name__
+    if isinstance(expr, sympy.Add):
+        return symbolic.add(*args)
+    if isinstance(expr, sympy.Mul):
+        return symbolic.product(args)
+    if kind in ("FloorDiv", "CeilDiv") and isinstance(args[1], int) and args[1] > 0:
+        return (symbolic.floordiv if kind == "FloorDiv" else symbolic.ceildiv)(args[0], args[1])
+    if isinstance(expr, (sympy.Max, sympy.Min)) or kind in ("Max", "Min"):
+        return (symbolic.maximum if kind == "Max" else symbolic.minimum)(*args)
+    return None
 
 
 def sym_expr(d) -> sympy.Expr:
@@ -239,11 +265,14 @@ class FxImporter:
                     raise GraphError(f"node {node.name!r} ({node.target}): lowered to shape "
                                      f"{list(have)}, but PyTorch computes {list(want)}")
             if value.producer is not None:   # never retype an input or a constant
-                value.shape = tuple(h if h is not None else (w if isinstance(w, int) or w in
-                                                             self.symbol_sources else None)
+                value.shape = tuple(h if h is not None else (w if self._known(w) else None)
                                     for h, w in zip(have, want))
                 value.dtype = dtype
         return result
+
+    def _known(self, d) -> bool:
+        """Whether a dim is one a call can tell: a size, or computed from inputs' symbols."""
+        return symbolic.is_size(d) and symbolic.symbols(d) <= self.symbol_sources.keys()
 
     def _outputs(self, output: fx.Node) -> list[tuple[str, Any]]:
         slots = []
@@ -395,8 +424,7 @@ class FxImporter:
                                  args=json.dumps(call), reason=reason, tuple_output=int(many))
         outs = outs if isinstance(outs, tuple) else (outs,)
         for v, t in zip(outs, vals):
-            v.shape = tuple(ir_dim(d) if isinstance(ir_dim(d), int) or ir_dim(d) in self.symbol_sources
-                            else None for d in t.shape)
+            v.shape = tuple(ir_dim(d) if self._known(ir_dim(d)) else None for d in t.shape)
             v.dtype = dtype_of(t.dtype, f"node {node.name!r}")
         self.graph.opset.setdefault(TORCH_DOMAIN, 1)
         self.fallbacks.append(Fallback(name, node.name, reason))
