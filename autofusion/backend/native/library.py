@@ -40,7 +40,9 @@ class NativeLibrary:
     def __init__(self, path: Path):
         lib = self.lib = ctypes.CDLL(str(path))
         lib.af_build.restype = _c
-        lib.af_build.argtypes = [_c, ctypes.c_int64, ctypes.POINTER(ctypes.c_char_p), _c, _c]
+        lib.af_build.argtypes = [_c, ctypes.c_int64, ctypes.POINTER(ctypes.c_char_p), _c, _c, _c]
+        lib.af_constants.restype, lib.af_constants.argtypes = _c, []
+        lib.af_constants_free.restype, lib.af_constants_free.argtypes = None, [_c]
         lib.af_run.restype = ctypes.c_int
         lib.af_run.argtypes = [_c, ctypes.POINTER(_c), ctypes.POINTER(_c), ctypes.c_int, ctypes.c_int]
         lib.af_free.restype, lib.af_free.argtypes = None, [_c]
@@ -114,6 +116,9 @@ class NativePartition:
                 if isinstance(d, str):
                     self.from_inputs.setdefault(d, (slot, axis))
         self.cache, self.on_built = max(int(cache), 1), built
+        # the constants as steps lay them out, made once for every set of sizes
+        self.shared = library.lib.af_constants()
+        weakref.finalize(self, library.lib.af_constants_free, self.shared)
         self.built: OrderedDict[tuple, BuiltPartition] = OrderedDict()
         self.last: BuiltPartition | None = None
         self.last_sizes: dict[str, int] = {}
@@ -140,7 +145,8 @@ class NativePartition:
         if built is None:
             if self.encoded.too_small(key):
                 raise SizesOutOfReach(f"sizes {dict(zip(self.symbols, key))} make an empty tensor")
-            built = BuiltPartition(self.library, self.program, self.encoded, self.table, self.node_list, key)
+            built = BuiltPartition(self.library, self.program, self.encoded, self.table, self.node_list,
+                                   key, self.shared)
             self.built[key] = built
             if len(self.built) > self.cache:
                 self.built.popitem(last=False)
@@ -171,13 +177,16 @@ class BuiltPartition:
     its output tensors."""
 
     def __init__(self, library: NativeLibrary, program: Program, encoded: Encoded,
-                 kernels: KernelTable | None, nodes: list[Node], sizes: tuple[int, ...] = ()):
+                 kernels: KernelTable | None, nodes: list[Node], sizes: tuple[int, ...] = (),
+                 shared: int | None = None):
         self.library, self.nodes = library, {n.name: n for n in nodes}
         lib = library.lib
         words = encoded.words_for(sizes)
         strings = (ctypes.c_char_p * max(len(encoded.strings), 1))(*[s.encode() for s in encoded.strings])
-        consts = (_c * max(len(program.constants), 1))(*[a.ctypes.data for a in program.constants])
-        handle = lib.af_build(words.ctypes.data, len(words), strings, consts,
+        # the partition reads the constants where they are: they live as long as it does
+        self._constants = program.constants
+        self._pointers = (_c * max(len(program.constants), 1))(*[a.ctypes.data for a in program.constants])
+        handle = lib.af_build(words.ctypes.data, len(words), strings, self._pointers, shared,
                               kernels.pointers if kernels is not None else None)
         if not handle:
             node, message = self._node_of(library.error())
@@ -208,6 +217,8 @@ class BuiltPartition:
         return (node, message.split(": ", 1)[1]) if node else (None, message)
 
     def __call__(self, *xs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        if len(xs) != self.n_in:
+            raise RuntimeError(f"the native partition takes {self.n_in} input(s), got {len(xs)}")
         for x, (name, shape) in zip(xs, self.in_types):
             if x.dtype != torch.float32 or x.shape != shape:   # the C++ trusts the plan's types
                 raise RuntimeError(f"native partition input {name!r} is {x.dtype}{list(x.shape)}, "

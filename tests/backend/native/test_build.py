@@ -110,9 +110,11 @@ def test_a_partition_refuses_inputs_its_plan_did_not_type():
     model = autofusion.compile(relu_graph(), backend="native")
     (call,) = (f for name, f in model.program.fn.__globals__.items() if name.startswith("p"))
     with pytest.raises(RuntimeError, match=r"input 'x' is torch.float64\[2, 8\], the plan says float32\[2, 8\]"):
-        call(torch.ones(2, 8, dtype=torch.float64))
+        call(None, torch.ones(2, 8, dtype=torch.float64))
     with pytest.raises(RuntimeError, match=r"torch.float32\[3, 8\]"):
-        call(torch.ones(3, 8))
+        call(None, torch.ones(3, 8))
+    with pytest.raises(RuntimeError, match=r"takes 1 input\(s\), got 0"):
+        call(None)
 
 
 @pytest.mark.parametrize("threads", [1, 2])

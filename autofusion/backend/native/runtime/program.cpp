@@ -178,10 +178,10 @@ void make(Partition& p, const Call& c) {
 }  // namespace
 
 extern "C" Partition* af_build(const int64_t* words, int64_t n_words, const char* const* strings,
-                               const void* const* constants, const KernelFn* kernels) {
+                               const void* const* constants, Constants* shared, const KernelFn* kernels) {
   Partition* p = nullptr;
   try {
-    p = new Partition(constants);
+    p = new Partition(constants, shared);
     for (int64_t at = 0; at < n_words;) {
       if (at + 3 > n_words || words[at] != Name) throw std::runtime_error("program: a call without its name");
       Call c{strings[words[at + 1]], {}, strings, kernels};

@@ -34,6 +34,8 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <mutex>
+#include <tuple>
 #include <memory>
 #include <numeric>
 #include <optional>
@@ -337,7 +339,7 @@ struct Val {
   std::vector<int> copies;     // temporaries holding its values in other layouts (ensure())
   bool has_md = false;
   memory::desc md;
-  memory owned;                // constants: the data copied in, plain
+  memory owned;                // constants: the caller's array, plain, read in place
   size_t offset = 0;
 };
 
@@ -381,10 +383,34 @@ struct Exec {
   std::string kernel;                  // what runs: oneDNN's implementation, or the runtime's loop
 };
 
+}  // namespace af
+
+// A native partition's constants as its steps lay them out (a weight reordered for a
+// convolution, in bf16 for a bf16 one), made once and shared by the partition's builds for every
+// set of sizes: a new size costs no reorder of weights a step lays out as before, and the
+// builds hold one copy between them. Partitions read the constants themselves where the caller
+// gave them (the arrays stay alive with the program that holds them: backend/native/library.py).
+struct af::Constants {
+  std::mutex lock;
+  std::vector<std::tuple<int, memory::desc, memory>> laid_out;   // (slot, layout, the values)
+
+  template <class Make>
+  memory as(int slot, const memory::desc& md, Make make) {
+    std::lock_guard<std::mutex> held(lock);
+    for (auto& [s, d, m] : laid_out)
+      if (s == slot && d == md) return m;
+    laid_out.emplace_back(slot, md, make());
+    return std::get<2>(laid_out.back());
+  }
+};
+
+namespace af {
+
 struct Partition::Impl {
   dnnl::engine eng{dnnl::engine::kind::cpu, 0};
   dnnl::stream strm{eng};
   const void* const* constants;
+  Constants* shared;
   std::unordered_map<int, Val> vals;
   std::vector<Exec> execs;
   int step = -1;
@@ -402,7 +428,7 @@ struct Partition::Impl {
   bool profiling = false;
   std::vector<double> step_ns;   // per step, the nanoseconds its primitives took while profiling
 
-  explicit Impl(const void* const* c) : constants(c) {}
+  Impl(const void* const* c, Constants* s) : constants(c), shared(s) {}
 
   [[noreturn]] void fail(const std::string& what) const {
     throw std::runtime_error("node '" + node + "': " + what);
@@ -956,11 +982,14 @@ struct Partition::Impl {
   memory constant_as(int id, const memory::desc& md) {
     Val& c = val(id);
     if (c.kind != Kind::Constant) fail("value " + std::to_string(id) + " must be a constant");
-    memory src(c.owned.get_desc().reshape(md.get_dims()), eng, c.owned.get_data_handle());
-    memory out(md, eng);
-    dnnl::reorder(src, out).execute(strm, src, out);
-    strm.wait();
-    return out;
+    auto make = [&] {
+      memory src(c.owned.get_desc().reshape(md.get_dims()), eng, c.owned.get_data_handle());
+      memory out(md, eng);
+      dnnl::reorder(src, out).execute(strm, src, out);
+      strm.wait();
+      return out;
+    };
+    return shared ? shared->as(c.slot, md, make) : make();
   }
 
   void finalize() {
@@ -1141,7 +1170,7 @@ struct Partition::Impl {
   }
 };
 
-Partition::Partition(const void* const* constants) : impl_(new Impl(constants)) {}
+Partition::Partition(const void* const* constants, Constants* shared) : impl_(new Impl(constants, shared)) {}
 Partition::~Partition() = default;
 
 void Partition::input(int id, int slot, const Dims& shape) {
@@ -1160,8 +1189,8 @@ void Partition::output(int id, int slot, const Dims& shape) {
 
 void Partition::constant(int id, int slot, const Dims& shape) {
   Val& v = impl_->declare(id, Kind::Constant, slot, shape);
-  v.owned = memory(v.md, impl_->eng);
-  std::memcpy(v.owned.get_data_handle(), impl_->constants[slot], v.md.get_size());
+  // the caller's array, read in place (no step writes a constant)
+  v.owned = memory(v.md, impl_->eng, const_cast<void*>(impl_->constants[slot]));
 }
 
 void Partition::value(int id, const Dims& shape, int first, int last, Layout layout, bool bf16_only,
@@ -1785,6 +1814,9 @@ std::string Partition::step_kernels() const {
 std::string Partition::current_node() const { return impl_->node; }
 
 void set_error(const std::string& what) { last_error = what; }
+
+extern "C" Constants* af_constants() { return new Constants; }
+extern "C" void af_constants_free(Constants* c) { delete c; }
 
 extern "C" {
 
