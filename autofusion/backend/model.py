@@ -54,13 +54,13 @@ class CompiledModel:
         self.plan = self.program.plan
         self.input_names = [v.name for v in graph.inputs]
         self.output_names = [v.name for v in graph.outputs]
-        # per input, the (dtype, shape) a tensor that needs no further check has, where every
-        # input has a static shape and a known dtype (a call's Python runs with its code out of
-        # cache after the kernels, ~20 µs for the full check of one input; MobileNetV3-L's call
-        # is ~4 ms)
+        # per input, the (dtype, shape) a tensor that needs no further check has — a symbol in
+        # the shape: any size, the same wherever the symbol is — where every input is a tensor of
+        # a known shape and dtype (a call's Python runs with its code out of cache after the
+        # kernels, ~20 µs for the full check of one input; MobileNetV3-L's call is ~4 ms)
         plain = all(v.sequence is None and TORCH_DTYPES.get(v.dtype) is not None and v.shape is not None
-                    and all(isinstance(d, int) for d in v.shape) for v in graph.inputs)
-        self._plain_inputs = ([(TORCH_DTYPES[v.dtype], torch.Size(v.shape)) for v in graph.inputs]
+                    and all(isinstance(d, (int, str)) for d in v.shape) for v in graph.inputs)
+        self._plain_inputs = ([(TORCH_DTYPES[v.dtype], tuple(v.shape)) for v in graph.inputs]
                               if plain else None)
         native_symbolic = self.symbols and any(p.target == "native" for p in self.plan.partitions)
         if report is not None:
@@ -191,8 +191,9 @@ class CompiledModel:
         return [bound[n] for n in names]
 
     def _execute(self, arrays: list[Array]) -> tuple[list[Array], bool]:
-        if self._all_plain(arrays):
-            outs = self._one_call(arrays)
+        sizes = self._plain_sizes(arrays)
+        if sizes is not None:
+            outs = self._one_call(arrays, sizes)
             if outs is not None:
                 return list(outs), False
             tensors, as_numpy, program = arrays, False, self.program
@@ -201,7 +202,8 @@ class CompiledModel:
                                for a in (x if isinstance(x, (list, tuple)) else [x]))
             tensors = [self._check_input(v, a) for v, a in zip(self.graph.inputs, arrays)]
             program = self.program
-        sizes = self._check_symbolic_dims(tensors) if self.symbols else None
+            sizes = self._check_symbolic_dims(tensors)
+        sizes = sizes or None
         if (program.plan.nan_clamping and not program.all_finite(tensors)) or \
                 (sizes and not self._fits(program, sizes)):
             program = self._exact(program)
@@ -233,28 +235,35 @@ class CompiledModel:
         with torch.inference_mode():
             return program(*tensors, sizes=sizes)
 
-    def _one_call(self, tensors: list[torch.Tensor]) -> tuple[torch.Tensor, ...] | None:
+    def _one_call(self, tensors: list[torch.Tensor], sizes: dict[str, int]) -> tuple[torch.Tensor, ...] | None:
         """Plain inputs to a program that is one native partition: one C call that also checks
         the inputs for NaN and holds the caller's CPU (the same work from Python cost ~70 µs,
         its code out of cache after the kernels); None where the program is not such a one, is
-        being profiled, or an input holds NaN or an infinity (the general path takes those)."""
+        being profiled, an input holds NaN or an infinity, or a size is below 1 (the general path
+        takes those)."""
         program = self.program
         whole = program.whole
-        if whole is None or program.step_times is not None:
+        if whole is None or program.step_times is not None or (sizes and min(sizes.values()) < 1):
             return None
+        built = whole.for_sizes(tuple(sizes[s] for s in whole.symbols)) if whole.symbols else whole.last
         self._use_threads()
         cpus = affinity.pin_workers(whole.library, torch.get_num_threads())
-        return whole.last.run_checked(tensors, bool(program.plan.nan_clamping), -1 if cpus is None else cpus[0])
+        return built.run_checked(tensors, bool(program.plan.nan_clamping), -1 if cpus is None else cpus[0])
 
-    def _all_plain(self, arrays: list[Array]) -> bool:
-        """Whether there are inputs and every one is a dense torch tensor of its static shape and
-        dtype, for the unspecialised program: nothing more to check (no inputs: numpy out)."""
+    def _plain_sizes(self, arrays: list[Array]) -> dict[str, int] | None:
+        """Where there are inputs and every one is a dense torch tensor of its dtype and shape
+        (each symbol one size throughout): the sizes of the symbols ({} for a static model), with
+        nothing more to check (no inputs: numpy out); else None."""
         if self._plain_inputs is None or not arrays:
-            return False
+            return None
+        sizes: dict[str, int] = {}
         for a, (dtype, shape) in zip(arrays, self._plain_inputs):
-            if type(a) is not torch.Tensor or a.dtype != dtype or a.shape != shape or not a.is_contiguous():
-                return False
-        return True
+            if type(a) is not torch.Tensor or a.dtype != dtype or a.dim() != len(shape) or not a.is_contiguous():
+                return None
+            for want, got in zip(shape, a.shape):
+                if want != got and (type(want) is not str or sizes.setdefault(want, got) != got):
+                    return None
+        return sizes
 
     def _check_input(self, v: Value, a: Array) -> torch.Tensor | list[torch.Tensor]:
         if v.sequence is not None:   # a list of arrays, each checked as its elements are typed

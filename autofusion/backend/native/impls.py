@@ -245,6 +245,58 @@ def emit_mean_in_gate(node: Node, p: PartitionSource) -> None:
     p.call("mean_in_gate", p.out(node), p.ref(node.inputs[0]))
 
 
+# ---- resampling --------------------------------------------------------------------------------
+
+def _resize_inputs(node: Node) -> tuple[list[float] | None, list[int] | None]:
+    """Resize's constant scales and sizes (each None where absent or not a constant)."""
+    def ints_or_floats(i: int, kind):
+        v = node.input(i)
+        return None if v is None or v.const is None or not v.const.size else [kind(a) for a in v.const.reshape(-1)]
+    return ints_or_floats(2, float), ints_or_floats(3, int)
+
+
+def check_resize(node: Node) -> str | None:
+    """oneDNN's resampling computes ONNX's Resize where their coordinates agree: nearest by an
+    integer factor (asymmetric with floor, or half_pixel rounding: each output pixel reads
+    floor(o / f) either way), linear with half_pixel (pytorch_half_pixel) where the factor is the
+    one ONNX uses (sizes given, or an integer scale)."""
+    if node.op_type != "Resize" or opset_of(node) < 11:
+        return "only Resize from opset 11 runs native"
+    why = dense(node, (0,))
+    if why:
+        return why
+    x, y = node.inputs[0].shape, node.outputs[0].shape
+    mode = node.attr("mode", "nearest")
+    ctm = node.attr("coordinate_transformation_mode", "half_pixel")
+    if len(x) not in (3, 4, 5) or x[:2] != y[:2]:
+        return "it scales the batch or channel axis, or is not 1-D to 3-D"
+    if node.attr("antialias", 0) or node.attr("axes") is not None or \
+            node.attr("keep_aspect_ratio_policy", "stretch") != "stretch":
+        return "antialias, axes or an aspect-ratio policy"
+    scales, sizes = _resize_inputs(node)
+    integer = all(any(o == mul(i, k) for k in range(1, 33)) for i, o in zip(x[2:], y[2:]))
+    if mode == "nearest":
+        rounding = node.attr("nearest_mode", "round_prefer_floor")
+        agrees = (ctm == "asymmetric" and rounding == "floor") or \
+            (ctm in ("half_pixel", "pytorch_half_pixel") and rounding in ("round_prefer_floor", "round_prefer_ceil"))
+        if not agrees:
+            return f"nearest with {ctm} and {rounding}: oneDNN rounds half_pixel coordinates"
+        return None if integer else "nearest by a factor that is not an integer"
+    if mode == "linear":
+        if ctm not in ("half_pixel", "pytorch_half_pixel"):
+            return f"linear with {ctm}: oneDNN's coordinates are half_pixel"
+        if sizes is None and not (integer and scales is not None and all(float(int(s)) == s for s in scales)):
+            return "linear by scales that are not the ratio of the sizes"
+        return None
+    return f"mode {mode}: oneDNN resamples nearest and linear"
+
+
+@native("Resize", check=check_resize, tensors=(0,))
+def emit_resize(node: Node, p: PartitionSource) -> None:
+    """oneDNN resampling, in the layout of its input."""
+    p.call("resample", p.out(node), p.ref(node.inputs[0]), node.attr("mode", "nearest") == "linear")
+
+
 # ---- elementwise -----------------------------------------------------------------------------
 
 def _gelu(node: Node) -> list[tuple[str, float, float]]:

@@ -87,6 +87,10 @@ class Partition {
             const Acts& acts, bool in_place = false);
   void pool(int dst, int src, Pool kind, const Dims& kernel, const Dims& strides,
             const Dims& dilations, const Dims& pad_begin, const Dims& pad_end);
+  // src's spatial axes scaled to dst's (oneDNN's resampling, the factors dst's sizes over src's):
+  // nearest, the source pixel round((o + 0.5) / f - 0.5); linear, between the two nearest
+  // (o + 0.5) / f - 0.5, clamped at the edges
+  void resample(int dst, int src, bool linear);
   // the mean of src over its spatial axes (a global average pool), summed by the gate of the step
   // that wrote src (gated.h) as it writes, where that step has one and src's layout puts channels
   // innermost (nhwc, nChw16c); else oneDNN's pooling

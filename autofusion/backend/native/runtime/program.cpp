@@ -157,6 +157,7 @@ void make(Partition& p, const Call& c) {
   else if (m == "pool")
     p.pool(c.i(0), c.i(1), pool(c.name(2)), c.dims(3), c.dims(4), c.dims(5), c.dims(6), c.dims(7));
   else if (m == "mean_in_gate") p.mean_in_gate(c.i(0), c.i(1));
+  else if (m == "resample") p.resample(c.i(0), c.i(1), c.flag(2));
   else if (m == "eltwise") p.eltwise(c.i(0), c.i(1), c.acts(2), c.flag(3));
   else if (m == "binary") p.binary(c.i(0), c.i(1), c.i(2), bin(c.name(3)), c.acts(4), c.flag(5));
   else if (m == "batch_norm")

@@ -1318,6 +1318,18 @@ void Partition::pool(int dst, int src, Pool kind, const Dims& kernel, const Dims
   m.finish(dst, y);
 }
 
+void Partition::resample(int dst, int src, bool linear) {
+  Impl& m = *impl_;
+  src = m.dense(src);
+  dnnl::resampling_forward::primitive_desc pd(
+      m.eng, dnnl::prop_kind::forward_inference,
+      linear ? dnnl::algorithm::resampling_linear : dnnl::algorithm::resampling_nearest, m.md_of(src),
+      any(m.val(dst).shape, m.md_of(src).get_data_type()), m.attr({}));
+  int y = m.produce(dst, pd.dst_desc());
+  m.add(pd, dnnl::resampling_forward(pd), {Impl::use(DNNL_ARG_SRC, src), Impl::use(DNNL_ARG_DST, y)});
+  m.finish(dst, y);
+}
+
 void Partition::mean_in_gate(int dst, int src) {
   Impl& m = *impl_;
   if (m.sum_in_gate(dst, src)) return;
