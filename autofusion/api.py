@@ -11,7 +11,8 @@ import onnx
 
 from . import progress
 from .backend import CompiledModel, check_supported, evaluate_node
-from .controls import resolve_backend, resolve_controls, resolve_precision, resolve_region_limits
+from .controls import (resolve_backend, resolve_controls, resolve_precision, resolve_region_limits,
+                       resolve_size_cache)
 from .errors import AutofusionError
 from .frontend import import_onnx
 from .fusion import optimize
@@ -32,7 +33,8 @@ def compile(model: Model, level: int | None = None,  # noqa: A001 - mirrors torc
             disable: Iterable[str] | str | None = None, backend: str | None = None,
             threads: int | None = None, max_region_nodes: int | None = None,
             max_region_inputs: int | None = None, example_inputs=None, precision: str | None = None,
-            calibration=None, tolerance: float | None = None, strict: bool = False) -> CompiledModel:
+            calibration=None, tolerance: float | None = None, strict: bool = False,
+            size_cache: int | None = None) -> CompiledModel:
     """Compile an ONNX model (a path, a ModelProto or an IR Graph) into a callable CompiledModel.
 
     level: 0 runs every operator as imported, 1 applies clean-up and the basic rules, 2 (the
@@ -52,6 +54,9 @@ def compile(model: Model, level: int | None = None,  # noqa: A001 - mirrors torc
     An nn.Module compiles without dynamo for inputs shaped like `example_inputs` (see dynamo.py).
     ONNX nodes autofusion has no kernel for run on ONNX Runtime, each connected group of them as
     one session (the report names them); strict=True refuses them instead (UnsupportedOpError).
+    A model with symbolic input dims (dynamic axes) is compiled once: each new set of input sizes
+    sets its native partitions up on first use, without compiling; `size_cache` (or
+    AUTOFUSION_SIZE_CACHE, default 8) sets how many sets each keeps, the least recent dropped.
     """
     if _is_torch_module(model):
         from .dynamo import compile_module
@@ -63,6 +68,7 @@ def compile(model: Model, level: int | None = None,  # noqa: A001 - mirrors torc
     limits = resolve_region_limits(max_region_nodes, max_region_inputs)
     backend = resolve_backend(backend)
     precision = resolve_precision(precision)
+    size_cache = resolve_size_cache(size_cache)
     with _without_cycle_collection():
         with progress.step("importing"):
             graph = load(model, strict)
@@ -70,7 +76,8 @@ def compile(model: Model, level: int | None = None,  # noqa: A001 - mirrors torc
         with progress.step("fusing"):
             report = optimize(graph, level, disable, evaluate_node, model_name=name, **limits)
         with progress.step("lowering and building native code"):
-            return CompiledModel(graph, report, backend, threads, precision, calibration, tolerance)
+            return CompiledModel(graph, report, backend, threads, precision, calibration, tolerance,
+                                 size_cache)
 
 
 @contextlib.contextmanager

@@ -10,6 +10,7 @@ from typing import Iterable
 
 from .backend.lower import BACKENDS
 from .backend.precision import PRECISIONS
+from .backend.native.library import SIZE_CACHE
 from .errors import AutofusionError
 from .fusion import rule_names
 from .fusion.regions import MAX_INPUTS, MAX_NODES
@@ -68,6 +69,19 @@ def _choice(given: str | None, var: str, default: str, choices, what: str) -> st
         where = "" if given else f"{var}="
         raise AutofusionError(f"{where}{chosen!r}: the {what} must be one of {', '.join(choices)}")
     return chosen
+
+
+SIZE_CACHE_VAR = "AUTOFUSION_SIZE_CACHE"
+
+
+def resolve_size_cache(given: int | None) -> int:
+    """How many sets of input sizes each native partition keeps set up (primitives, arena),
+    the least recently used dropped first: the argument, else AUTOFUSION_SIZE_CACHE, else 8."""
+    raw = given if given is not None else os.environ.get(SIZE_CACHE_VAR, "").strip() or SIZE_CACHE
+    if not str(raw).isdigit() or int(raw) < 1:
+        where = f"{SIZE_CACHE_VAR}=" if given is None else "size_cache="
+        raise AutofusionError(f"{where}{raw!r}: the size cache holds a whole number >= 1 of sets of sizes")
+    return int(raw)
 
 
 def resolve_region_limits(max_nodes: int | None, max_inputs: int | None) -> dict[str, int]:

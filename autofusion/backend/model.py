@@ -39,7 +39,7 @@ class CompiledModel:
         self.report = report
         self.backend = backend
         self.threads = threads
-        self.size_cache = size_cache or int(os.environ.get("AUTOFUSION_SIZE_CACHE") or SIZE_CACHE)
+        self.size_cache = size_cache or SIZE_CACHE
         self.symbols = symbolic_dims(graph)
         check_supported(graph)
         self.native_unavailable = native.unavailable() if self.backend != "torch" else None

@@ -95,7 +95,7 @@ class SizesOutOfReach(Exception):
     the model runs that call on PyTorch's kernels (model.py)."""
 
 
-SIZE_CACHE = 8   # sets of sizes a native partition keeps built, by default (AUTOFUSION_SIZE_CACHE)
+SIZE_CACHE = 8   # sets of sizes a native partition keeps built, by default (controls.py)
 
 
 class NativePartition:

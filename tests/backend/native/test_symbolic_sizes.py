@@ -1,0 +1,204 @@
+"""Native code for every input size: models exported with dynamic axes run every node natively,
+compiled once, at several sizes each equal to ONNX Runtime; a new size builds primitives and no
+C++; each partition keeps a bounded number of sizes set up.
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+from onnx import TensorProto, helper, numpy_helper
+from torch import nn
+
+import autofusion
+from autofusion.backend.native import build, unavailable
+
+pytestmark = pytest.mark.skipif(unavailable() is not None, reason=f"native backend: {unavailable()}")
+
+RNG = np.random.default_rng(0)
+
+
+class Cnn(nn.Module):
+    """A MobileNetV3-style block stack: a strided stem, a depthwise conv, a squeeze-excitation
+    gate (a global mean, two linear layers, a hard sigmoid scaling the channels), a residual add,
+    a pooled head."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1), nn.BatchNorm2d(16), nn.Hardswish())
+        self.dw = nn.Sequential(nn.Conv2d(16, 16, 3, 1, 1, groups=16), nn.BatchNorm2d(16), nn.ReLU())
+        self.se = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Conv2d(16, 8, 1), nn.ReLU(),
+                                nn.Conv2d(8, 16, 1), nn.Hardsigmoid())
+        self.pw = nn.Sequential(nn.Conv2d(16, 16, 1), nn.BatchNorm2d(16))
+        self.down = nn.Sequential(nn.Conv2d(16, 24, 3, 2, 1), nn.Hardswish(), nn.MaxPool2d(3, 2, 1))
+        self.head = nn.Linear(24, 10)
+
+    def forward(self, x):
+        x = self.stem(x)
+        y = self.dw(x)
+        x = x + self.pw(y * self.se(y))
+        x = self.down(x)
+        return self.head(x.mean((2, 3)))
+
+
+class Encoder(nn.Module):
+    """A BERT-style encoder layer written out: q/k/v, scaled scores plus the padding mask,
+    softmax, the heads merged back, GELU MLP, post-norms."""
+
+    def __init__(self, d: int = 32, heads: int = 4):
+        super().__init__()
+        self.h, self.d = heads, d
+        self.qkv, self.o = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.n1, self.n2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.f1, self.f2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    def forward(self, x, mask):
+        b, t, _ = x.shape
+        q, k, v = (y.view(b, t, self.h, -1).transpose(1, 2) for y in self.qkv(x).split(self.d, -1))
+        scores = q @ k.transpose(-1, -2) / (self.d // self.h) ** 0.5 + (1.0 - mask[:, None, None, :]) * -10000.0
+        y = (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, t, self.d)
+        x = self.n1(x + self.o(y))
+        return self.n2(x + self.f2(nn.functional.gelu(self.f1(x))))
+
+
+class Detector(nn.Module):
+    """A YOLO-style neck and head: strided convolutions, an upsample concatenated with the finer
+    map, a head split into boxes and scores, flattened and joined (sizes derived throughout)."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1, self.c2 = nn.Conv2d(3, 16, 3, 2, 1), nn.Conv2d(16, 32, 3, 2, 1)
+        self.c3, self.head = nn.Conv2d(48, 16, 1), nn.Conv2d(16, 7, 1)
+
+    def forward(self, x):
+        a = nn.functional.silu(self.c1(x))
+        b = nn.functional.silu(self.c2(a))
+        u = nn.functional.interpolate(b, scale_factor=2.0, mode="nearest")
+        y = self.head(nn.functional.silu(self.c3(torch.cat([a, u], 1))))
+        box, cls = y.split([4, 3], 1)
+        return torch.cat([box.flatten(2), cls.sigmoid().flatten(2)], 1)
+
+
+def exported(module: nn.Module, args: tuple, names: list[str], axes: dict, path) -> str:
+    torch.manual_seed(0)
+    with torch.no_grad():
+        torch.onnx.export(module.eval(), args, str(path), dynamo=False, opset_version=17,
+                          input_names=names, output_names=["y"], dynamic_axes=axes)
+    return str(path)
+
+
+def paddle_style() -> onnx.ModelProto:
+    """As paddle2onnx writes a classifier: inputs and outputs dimmed '?', value_info dims named
+    unk__N (what ONNX's inference made up), a reshape target computed from Shape."""
+    w = numpy_helper.from_array(RNG.standard_normal((8, 3, 3, 3)).astype(np.float32), "w")
+    fc = numpy_helper.from_array(RNG.standard_normal((8, 4)).astype(np.float32), "fc")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("GlobalAveragePool", ["r"], ["p"]),
+             helper.make_node("Shape", ["p"], ["s"]),
+             helper.make_node("Slice", ["s", "zero", "one", "zero"], ["n"]),
+             helper.make_node("Concat", ["n", "minus_one"], ["target"], axis=0),
+             helper.make_node("Reshape", ["p", "target"], ["flat"]),
+             helper.make_node("MatMul", ["flat", "fc"], ["y"])]
+    ints = lambda name, v: numpy_helper.from_array(np.array(v, np.int64), name)   # noqa: E731
+    g = helper.make_graph(nodes, "paddle", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["?", 3, "?", "?"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["?", 4])],
+                          [w, fc, ints("zero", [0]), ints("one", [1]), ints("minus_one", [-1])],
+                          value_info=[helper.make_tensor_value_info("c", TensorProto.FLOAT, ["unk__0", 8, "unk__1", "unk__2"])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def image(n, h, w):
+    return {"x": RNG.standard_normal((n, 3, h, w)).astype(np.float32)}
+
+
+def tokens(n, t):
+    mask = np.ones((n, t), np.float32)
+    mask[:, t - 1:] = 0   # the last token is padding
+    return {"x": RNG.standard_normal((n, t, 32)).astype(np.float32), "mask": mask}
+
+
+CASES = {
+    "cnn": (lambda p: exported(Cnn(), (torch.randn(1, 3, 32, 32),), ["x"], {"x": {0: "b", 2: "h", 3: "w"}}, p),
+            [image(1, 32, 32), image(2, 48, 40), image(1, 65, 33)]),
+    "encoder": (lambda p: exported(Encoder(), (torch.randn(2, 7, 32), torch.ones(2, 7)), ["x", "mask"],
+                                   {"x": {0: "b", 1: "t"}, "mask": {0: "b", 1: "t"}}, p),
+                [tokens(1, 5), tokens(2, 9), tokens(3, 16)]),
+    "detector": (lambda p: exported(Detector(), (torch.randn(1, 3, 64, 64),), ["x"], {"x": {0: "b", 2: "h", 3: "w"}}, p),
+                 [image(1, 64, 64), image(2, 96, 128), image(1, 32, 160)]),
+    "paddle": (lambda p: onnx.save(paddle_style(), str(p)) or str(p),
+               [image(1, 48, 192), image(3, 32, 100), image(1, 48, 320)]),
+}
+
+
+@pytest.fixture(scope="module", params=list(CASES))
+def case(request, tmp_path_factory):
+    make, feeds = CASES[request.param]
+    path = make(tmp_path_factory.mktemp("models") / f"{request.param}.onnx")
+    return request.param, path, feeds
+
+
+def test_every_node_runs_natively_at_every_size_equal_to_onnx_runtime(case):
+    name, path, feeds = case
+    model = autofusion.compile(path)
+    assert all(p.target == "native" for p in model.plan.partitions), str(model.plan)
+    (part,) = model.program.native.values()
+    assert part.symbols, "the partition's sizes are symbolic"
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    for feed in feeds:
+        want = session.run(None, feed)[0]
+        got = model.run(feed)["y"]
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=f"{name} at {feed['x'].shape}")
+    assert len(part.built) == len(feeds)
+
+
+def test_a_new_size_compiles_nothing(case, monkeypatch):
+    name, path, feeds = case
+    model = autofusion.compile(path)
+    model.run(feeds[0])
+
+    def no_compiler(*args, **kwargs):
+        raise AssertionError(f"a C++ compiler ran at a new size: {args}")
+    monkeypatch.setattr(build.subprocess, "run", no_compiler)
+    for feed in feeds[1:]:
+        model.run(feed)
+
+
+def test_the_plan_says_the_sizes_it_was_last_set_up_for():
+    model = autofusion.compile(paddle_style())
+    assert "float[x_dim0,8,(x_dim2 + 1) // 2,(x_dim3 + 1) // 2]" in str(model.plan)
+    model.run(image(2, 20, 30))
+    assert "last set up for x_dim0=2, x_dim2=20, x_dim3=30" in str(model.plan)
+
+
+def test_two_question_mark_dims_are_not_one_size():
+    """paddle2onnx's '?' means any size, each its own: a 48x192 image is a valid input."""
+    model = autofusion.compile(paddle_style())
+    assert model.graph.inputs[0].shape == ("x_dim0", 3, "x_dim2", "x_dim3")
+    model.run(image(1, 48, 192))
+
+
+def test_the_size_cache_keeps_the_most_recent_sets(tmp_path):
+    path = CASES["detector"][0](tmp_path / "detector.onnx")
+    model = autofusion.compile(path, size_cache=2)
+    (part,) = model.program.native.values()
+    sizes = [(1, 32, 32), (1, 64, 64), (2, 32, 32), (1, 64, 64)]
+    for n, h, w in sizes:
+        model.run(image(n, h, w))
+    assert list(part.built) == [(2, 32, 32), (1, 64, 64)]   # (1, 32, 32) evicted, (1, 64, 64) used last
+    model.run(image(1, 32, 32))   # set up again, as good as new
+    assert list(part.built) == [(1, 64, 64), (1, 32, 32)]
+    with pytest.raises(autofusion.AutofusionError, match="size_cache=0"):
+        autofusion.compile(path, size_cache=0)
+
+
+def test_an_empty_batch_runs_on_pytorch_kernels(tmp_path):
+    path = CASES["cnn"][0](tmp_path / "cnn.onnx")
+    model = autofusion.compile(path)
+    feed = image(0, 32, 32)
+    assert model.run(feed)["y"].shape == (0, 10)
+    (part,) = model.program.native.values()
+    assert not part.built   # never set up for a batch of 0
