@@ -168,6 +168,52 @@ def _tiny_resnet() -> nn.Module:
         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10))
 
 
+class _MixingBlock(nn.Module):
+    """A pre-norm transformer block over the columns of a text line (SVTR's global mixing)."""
+
+    def __init__(self, dim: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.n1, self.n2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(), nn.Linear(2 * dim, dim))
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = (y.view(b, t, self.heads, -1).transpose(1, 2) for y in self.qkv(self.n1(x)).split(d, -1))
+        a = (q @ k.transpose(-1, -2) * (d // self.heads) ** -0.5).softmax(-1) @ v
+        x = x + self.proj(a.transpose(1, 2).reshape(b, t, d))
+        return x + self.mlp(self.n2(x))
+
+
+def _ocr_recognizer() -> nn.Module:
+    """An SVTR-style text-line recognizer for 48-pixel lines of any width: a strided conv stem to
+    a sequence of one column per 4 pixels, two global mixing blocks, a per-column classifier over
+    97 characters (CTC's log-probabilities)."""
+    def conv(cin, cout, stride):
+        return nn.Sequential(nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout), nn.Hardswish())
+
+    class Recognizer(nn.Module):
+        def __init__(self, dim: int = 128):
+            super().__init__()
+            self.stem = nn.Sequential(conv(3, 32, 2), conv(32, 64, 2), conv(64, dim, (2, 1)), conv(dim, dim, (2, 1)))
+            self.blocks = nn.Sequential(_MixingBlock(dim, 4), _MixingBlock(dim, 4))
+            self.head = nn.Linear(dim, 97)
+
+        def forward(self, pixel_values):
+            x = self.stem(pixel_values).mean(2)            # [b, dim, w / 4]
+            x = self.blocks(x.transpose(1, 2))             # [b, w / 4, dim]
+            return self.head(x).log_softmax(-1)
+    return Recognizer()
+
+
+def _line(width: int) -> Callable[[int], dict[str, torch.Tensor]]:
+    def inputs(batch: int) -> dict[str, torch.Tensor]:
+        g = torch.Generator().manual_seed(SEED)
+        return {"pixel_values": torch.rand(batch, 3, 48, width, generator=g)}
+    return inputs
+
+
 # ---- the registry --------------------------------------------------------------------------
 
 def _vision(name: str, arch: str, size: int = 224) -> ModelSpec:
@@ -187,7 +233,37 @@ MODELS: dict[str, ModelSpec] = {s.name: s for s in [
     ModelSpec("gpt2", _gpt2, _tokens(("input_ids",), vocab=50257),
               ("last_hidden_state",), "transformers"),
     ModelSpec("tiny_resnet", _tiny_resnet, _image(64), ("logits",), "torch"),
+    ModelSpec("ocr_recognizer", _ocr_recognizer, _line(320), ("logits",), "torch"),
 ]}
+
+
+# the axes each model's dynamic export leaves symbolic (benchmarks/dynamic.py)
+_IMAGE_AXES = {"pixel_values": {0: "batch", 2: "height", 3: "width"}}
+_TEXT_AXES = {n: {0: "batch", 1: "sequence"} for n in ("input_ids", "attention_mask", "token_type_ids")}
+DYNAMIC_AXES: dict[str, dict] = {
+    "resnet50": _IMAGE_AXES, "resnet101": _IMAGE_AXES, "efficientnet_b4": _IMAGE_AXES,
+    "mobilenet_v3_large": _IMAGE_AXES, "convnext_tiny": _IMAGE_AXES,
+    "vit_b_16": {"pixel_values": {0: "batch"}},   # its position embedding is for 224x224 alone
+    "bert-base": _TEXT_AXES, "gpt2": {"input_ids": _TEXT_AXES["input_ids"]},
+    "tiny_resnet": _IMAGE_AXES, "ocr_recognizer": {"pixel_values": {0: "batch", 3: "width"}},
+}
+
+
+def inputs_at(name: str, size: int, batch: int = 1) -> dict[str, torch.Tensor]:
+    """Example inputs with the model's dynamic axis at `size`: the image's height and width (a
+    text line's width), or the token sequence's length; a model dynamic in batch alone (ViT)
+    takes `size` as its batch."""
+    s = spec(name)
+    axes = DYNAMIC_AXES[name]
+    first = next(iter(axes.values()))
+    if set(first.values()) == {"batch"}:
+        return s.inputs(size)
+    if "sequence" in first.values():
+        vocab = {"bert-base": 30522, "gpt2": 50257}[name]
+        return _tokens(tuple(s.inputs(batch)), vocab, size)(batch)
+    if name == "ocr_recognizer":
+        return _line(size)(batch)
+    return _image(size)(batch)
 
 
 def spec(name: str) -> ModelSpec:
