@@ -12,7 +12,9 @@ from .symbolic import add, exact_quotient, floordiv, maximum, minimum, mul, prod
 
 
 def broadcast_shapes(*shapes: Shape) -> Shape:
-    """Numpy broadcasting over possibly symbolic shapes; None where it cannot be known."""
+    """Numpy broadcasting over possibly symbolic shapes; None where it cannot be known. Where
+    dims differ symbolically the result is their maximum: each is 1 or that size, so it is the
+    size whichever it is (a position embedding sliced to min(s, 512) added to [b, s, 768]: s)."""
     if any(s is None for s in shapes):
         return None
     rank = max((len(s) for s in shapes), default=0)
@@ -28,7 +30,7 @@ def broadcast_shapes(*shapes: Shape) -> Shape:
             static = {d for d in dims if isinstance(d, int)}
             if len(static) > 1:
                 raise ValueError(f"shapes {shapes} do not broadcast")
-            out.append(static.pop() if static else None)
+            out.append(static.pop() if static else None if None in dims else maximum(*dims))
     return tuple(out)
 
 
@@ -72,8 +74,15 @@ def shape_value(v: Value | None, depth: int = 0) -> list[Dim] | None:
     op, src = node.op_type, node.inputs[0]
     if op == "Shape":
         return None if src.shape is None else list(src.shape[node.attr("start", 0):node.attr("end")])
-    if op in ("Cast", "Identity", "Squeeze", "Unsqueeze"):   # a scalar dim ↔ a 1-element list
+    if op in ("Cast", "Identity", "Squeeze", "Unsqueeze", "Reshape"):   # a scalar ↔ a 1-element list
         return shape_value(src, depth + 1)
+    if op == "ConstantOfShape":
+        n, fill = shape_value(src, depth + 1), node.attr("value")
+        if n is None or len(n) != 1 or not isinstance(n[0], int) or fill is None or fill.dtype.kind not in "iu":
+            return None
+        return [int(fill.reshape(-1)[0])] * n[0]
+    if op == "Where":   # torch.onnx's expand(-1): Where(Equal(shape, -1), ones, shape)
+        return _where(node, depth)
     if op == "Concat":
         parts = [shape_value(i, depth + 1) for i in node.inputs]
         return None if any(p is None for p in parts) else [d for p in parts for d in p]
@@ -97,6 +106,30 @@ def shape_value(v: Value | None, depth: int = 0) -> list[Dim] | None:
                                         rest[1] if len(rest) > 1 and rest[1] is not None else 1)
         return [picked[i] for i in range(start, end, step)]
     return None
+
+
+def _where(node, depth: int) -> list[Dim] | None:
+    """Where(Equal(x, y), a, b) over dims, each comparison decided (a size is never negative)."""
+    cond = node.inputs[0].producer
+    if cond is None or cond.op_type != "Equal" or cond.domain:
+        return None
+    x, y, a, b = (shape_value(v, depth + 1) for v in (*cond.inputs, *node.inputs[1:]))
+    if any(p is None for p in (x, y, a, b)) or len({len(x), len(y), len(a), len(b)} - {1}) > 1:
+        return None
+    n = max(len(x), len(y), len(a), len(b))
+    out = []
+    for i in range(n):
+        p, q, s, t = (v[0] if len(v) == 1 else v[i] for v in (x, y, a, b))
+        if isinstance(p, int) and isinstance(q, int):
+            same = p == q
+        elif p == q and p is not None:
+            same = True
+        elif (isinstance(p, int) and p < 0) or (isinstance(q, int) and q < 0):
+            same = False   # a symbolic size against a negative int
+        else:
+            return None
+        out.append(s if same else t)
+    return out
 
 
 def _divided(a: Dim, b: Dim) -> Dim:

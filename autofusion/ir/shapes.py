@@ -318,7 +318,8 @@ def _slice_len(d: Dim, start: int, end: int, step: int) -> Dim:
 
 def _slice(node: Node):
     """starts/ends/axes as attributes before opset 10, inputs (axes, steps optional) from then on.
-    An axis whose bounds are not constant gets None; unknown axes leave only the rank."""
+    Bounds may be sizes read off a Shape (x[:, :seq]); an axis whose bounds are neither gets
+    None; unknown axes leave only the rank."""
     x = node.inputs[0]
     if x.shape is None:
         return [(None, x.dtype)]
@@ -329,7 +330,7 @@ def _slice(node: Node):
     else:
         if any(v is not None and v.shape is not None and len(v.shape) != 1 for v in node.inputs[1:]):
             raise ValueError("Slice starts, ends, axes and steps must be 1-D")
-        starts, ends = _const_ints(node.inputs[1]), _const_ints(node.inputs[2])
+        starts, ends = shape_value(node.inputs[1]), shape_value(node.inputs[2])
         s = node.inputs[1].shape
         count = len(starts) if starts is not None else (s[0] if s is not None and len(s) == 1 else None)
         axes = _const_ints(node.input(3)) if node.input(3) is not None else \
@@ -347,7 +348,16 @@ def _slice(node: Node):
     if not len(axes) == len(starts) == len(ends) == len(steps):
         raise ValueError("Slice starts/ends/axes/steps of different lengths")
     for a, start, end, step in zip(axes, starts, ends, steps):
-        out[a] = _slice_len(x.shape[a], int(start), int(end), int(step))
+        if isinstance(start, int) and isinstance(end, int):
+            out[a] = _slice_len(x.shape[a], start, end, int(step))
+        elif int(step) == 1 and x.shape[a] is not None and None not in (start, end):
+            # a bound that is a size (never negative) clamps to [0, d] as its minimum with d
+            lo, hi = (b if isinstance(b, int) and b < 0 else b for b in (start, end))
+            lo_d, hi_d = (symbolic_slice_bounds(x.shape[a], b, b)[0] if isinstance(b, int)
+                          else minimum(b, x.shape[a]) for b in (lo, hi))
+            out[a] = maximum(sub(hi_d, lo_d), 0)
+        else:
+            out[a] = None
     return [(tuple(out), x.dtype)]
 
 

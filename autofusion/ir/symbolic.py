@@ -248,7 +248,13 @@ def _extreme(op: str, dims) -> object:
 
 
 def _dominates(a, b, op: str) -> bool:
-    """Whether a ≥ b (op "max") or a ≤ b (op "min") for every value of the symbols."""
+    """Whether a ≥ b (op "max") or a ≤ b (op "min") for every value of the symbols: shown by a
+    lower bound of their difference, or b is the other extreme of terms that include a
+    (max(a, min(a, c)) = a)."""
+    if isinstance(b, SizeExpr) and len(b.terms) == 1 and b.terms[0][1] == 1 and len(b.terms[0][0]) == 1:
+        atom = b.terms[0][0][0]
+        if not isinstance(atom, str) and atom[0] == ("min" if op == "max" else "max") and a in atom[1:]:
+            return True
     diff = sub(a, b) if op == "max" else sub(b, a)
     return nonnegative(diff)
 
