@@ -199,8 +199,10 @@ def _merged(old: tuple, new: tuple, named: set[str]) -> tuple:
     dims of old stay, so the equalities their symbols state between values stay too."""
     if len(old) != len(new):
         return old
+    def made_up(d) -> bool:
+        return isinstance(d, str) and d not in named
     return tuple(n if n is not None and (isinstance(n, int) and not isinstance(o, int) or o is None or
-                                         (isinstance(o, str) and o not in named))
+                                         (made_up(o) and not made_up(n)))
                  else o for o, n in zip(old, new))
 
 

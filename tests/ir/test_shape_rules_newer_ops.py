@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from autofusion.ir.symbolic import add
+
 from .test_shape_rules import check, i64, node
 
 F32 = np.float32
@@ -35,8 +37,8 @@ def test_attention_4d_with_cache_and_scores():
     check([node("Attention", ["q", "k", "v", "", "pk", "pv"], ["y", "pk2", "pv2", "qk"])],
           {"q": ("b", 4, "s", 8), "k": ("b", 2, "s", 8), "v": ("b", 2, "s", 6),
            "pk": ("b", 2, 3, 8), "pv": ("b", 2, 3, 6)}, opset=23,
-          expect={"y": ("b", 4, "s", 6), "pk2": ("b", 2, None, 8), "pv2": ("b", 2, None, 6),
-                  "qk": ("b", 4, "s", None)})
+          expect={"y": ("b", 4, "s", 6), "pk2": ("b", 2, add("s", 3), 8), "pv2": ("b", 2, add("s", 3), 6),
+                  "qk": ("b", 4, "s", add("s", 3))})
 
 
 def test_attention_3d():

@@ -13,6 +13,7 @@ import autofusion
 from autofusion.backend import evaluate_node
 from autofusion.frontend import import_onnx
 from autofusion.ir.dims import inferred_dim
+from autofusion.ir.symbolic import add, floordiv, mul
 from autofusion.passes import cleanup
 from autofusion.passes import (eliminate_common_subexpressions, eliminate_dead_code, fold_constants,
                                fold_static_shapes, read_shapes_upstream)
@@ -233,19 +234,22 @@ def test_a_view_with_symbolic_dims_gets_its_head_count():
 @pytest.mark.parametrize("total, others, dim", [
     (("b", "s", 768), ["b", "s", 64], 12), (("b", "s", 768), ["b", 12, 64], "s"),
     (("b", "s", 768), ["b", 7, 64], None), (("b", "s", 768), ["t", 12, 64], None),
-    (("b", "s", 768), ["b", 64], None), (("b", None, 768), ["b", 12, 64], None)])
+    (("b", "s", 768), ["b", 64], mul(12, "s")), (("b", None, 768), ["b", 12, 64], None)])
 def test_the_dim_a_reshape_infers(total, others, dim):
     assert inferred_dim(total, others) == dim
 
 
 @pytest.mark.parametrize("old, new, merged", [
-    (("unk__3", 4), ("seq", 4), ("seq", 4)),           # a traced name replaces a made-up one
-    (("batch", 4), ("seq", 4), ("batch", 4)),          # a name already there stays
-    (("unk__3", 4), ("unk__9", 4), ("unk__3", 4)),
+    (("unk__3", 4), ("seq", 4), ("seq", 4)),           # an input's name replaces a made-up one
+    (("batch", 4), ("seq", 4), ("batch", 4)),          # an input's name already there stays
+    (("unk__3", 4), ("unk__9", 4), ("unk__3", 4)),     # one made-up name is as good as another
+    (("floor(seq/2) + 1", 4), (add(floordiv("seq", 2), 1), 4), (add(floordiv("seq", 2), 1), 4)),
     ((None, "unk__1"), (2, 3), (2, 3)),                 # sizes always win
     ((5, None), (None, None), (5, None))])
 def test_refined_shapes_merge_what_they_add(old, new, merged):
-    assert cleanup._merged(old, new) == merged
+    """The graph's inputs name batch and seq; an exporter's text for a computed size names
+    nothing a call gives, and the rules' derived dim replaces it."""
+    assert cleanup._merged(old, new, {"batch", "seq"}) == merged
 
 
 def test_a_slice_of_a_shape_folds_with_onnx_clamping():
