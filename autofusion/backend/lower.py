@@ -152,9 +152,9 @@ def lower(graph: Graph, backend: str = "auto", native_unavailable: str | None = 
         for n, d in decisions.items():
             if d.impl.reduced and n.name not in keep_fp32:
                 d.precision = "bf16"
-    needed = needed_at_run_time(graph, decisions)
     given = {d for v in graph.inputs for d in v.shape or () if isinstance(d, str)}
     while True:   # each round leaves a node whose sizes no one gives to PyTorch; rarely a second
+        needed = needed_at_run_time(graph, decisions)   # a node moved to PyTorch reads all its inputs
         order = schedule(graph, {n: d.impl.target for n, d in decisions.items()}, needed)
         partitions = split(order, decisions)
         unbound = {n: s for part in partitions if part.target == "native"
