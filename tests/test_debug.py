@@ -36,7 +36,7 @@ def test_debug_view_of_a_compiled_module():
     (view,) = autofusion.debug_view(compiled)
     assert view.graph.startswith(f"graph {view.name}(l_x_: float[2,5,16])")
     assert "autofusion::FusedMatMul" in view.graph and "Graph Fusion Report" in view.report.text()
-    assert view.source.startswith("def run(in0):")
+    assert view.source.startswith("def run(_sizes, in0):")
     assert isinstance(view.native_source, str)
     assert view.name in str(autofusion.debug_view(compiled))
     model = view.onnx()

@@ -5,7 +5,8 @@ index (fused_sigmoid_mul_3):
     .onnx   its body as a standalone ONNX model (inputs in0.., outputs as the region's), typed
             for the region's inputs: ONNX Runtime or Netron open it
     .cpp    the C++ loop nest the native backend generates for it (it includes the runtime's
-            scalar.h); where the region cannot be one kernel (a symbolic size), the reason
+            scalar.h; a symbolic size is its argument d[k]); where the region cannot be one
+            kernel, the reason
 Returns the paths written.
 """
 from __future__ import annotations
@@ -32,7 +33,8 @@ def dump_kernels(graph: Graph, directory: str | os.PathLike) -> list[Path]:
         export_onnx(body, stem.with_suffix(".onnx"))
         why = refusal(node)
         source = (f"// {node.name}: not generated here: {why}\n" if why else
-                  f'// {node.name}, from the nodes {", ".join(node.origin)}\n#include "scalar.h"\n\nusing namespace af;\n\n'
+                  f'// {node.name}, from the nodes {", ".join(node.origin)}\n#include <cstdint>\n'
+                  '#include "scalar.h"\n\nusing namespace af;\n\n'
                   + kernel_source(node, stem.name) + "\n")
         stem.with_suffix(".cpp").write_text(source)
         written += [stem.with_suffix(".onnx"), stem.with_suffix(".cpp")]

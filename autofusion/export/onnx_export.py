@@ -26,6 +26,7 @@ from ..ir import FUSED_DOMAIN, DType, Graph, Node, Value
 from ..ir.control_flow import bodies, formal_count, is_control_flow
 from ..ir.fused_ops import decompose
 from ..ir.onnx_runtime_call import ORT_KEY
+from ..ir.symbolic import names_and_sizes
 
 _IR_VERSION = 10  # understood by onnxruntime >= 1.20
 
@@ -34,8 +35,8 @@ def _value_info(v: Value, name: str | None = None) -> onnx.ValueInfoProto:
     """The value's ONNX type: a tensor's, or a sequence of its elements' tensor type."""
     if v.sequence is not None:
         return helper.make_tensor_sequence_value_info(name or v.name, int(v.sequence.dtype or 0),
-                                                      v.sequence.shape)
-    return helper.make_tensor_value_info(name or v.name, int(v.dtype or 0), v.shape)
+                                                      names_and_sizes(v.sequence.shape))
+    return helper.make_tensor_value_info(name or v.name, int(v.dtype or 0), names_and_sizes(v.shape))
 
 
 def _typed(v: Value) -> bool:

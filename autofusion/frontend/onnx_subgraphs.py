@@ -30,6 +30,7 @@ from ..errors import ModelLoadError, UnsupportedOpError
 from ..ir import DType, Graph, Shape, Value, lookup, op_key
 from ..ir.control_flow import BODIES, merge_shapes
 from ..ir.graph import SequenceType
+from ..ir.symbolic import names_and_sizes
 from .onnx_runtime_groups import _free_names
 
 Type = tuple[Shape, DType | None] | SequenceType   # a tensor's, or a sequence's elements
@@ -187,8 +188,8 @@ def _shape(t: Type | None) -> Shape:
 
 def _value_info(name: str, t: Type) -> onnx.ValueInfoProto:
     if isinstance(t, SequenceType):
-        return helper.make_tensor_sequence_value_info(name, int(t.dtype or 0), t.shape)
-    return helper.make_tensor_value_info(name, int(t[1] or 0), t[0])
+        return helper.make_tensor_sequence_value_info(name, int(t.dtype or 0), names_and_sizes(t.shape))
+    return helper.make_tensor_value_info(name, int(t[1] or 0), names_and_sizes(t[0]))
 
 
 def _declared_or_given(vi: onnx.ValueInfoProto, given: Type) -> Type:

@@ -86,6 +86,12 @@ def is_size(d) -> bool:
     return isinstance(d, (int, str, SizeExpr))
 
 
+def names_and_sizes(shape):
+    """The shape with each computed size unknown (None): what a format that holds only sizes and
+    symbols' names (ONNX's dim_value and dim_param) can say of it."""
+    return None if shape is None else tuple(None if isinstance(d, SizeExpr) else d for d in shape)
+
+
 def is_symbolic(d) -> bool:
     return isinstance(d, (str, SizeExpr))
 

@@ -27,7 +27,8 @@ def test_each_region_is_written_as_onnx_and_cpp(tmp_path):
     assert sorted(p.name for p in written) == ["fused_silu_add_relu_0.cpp",
                                                "fused_silu_add_relu_0.onnx"]
     source = (tmp_path / "fused_silu_add_relu_0.cpp").read_text()
-    assert "static void fused_silu_add_relu_0(const float* const* in, float* const* out)" in source
+    assert "static void fused_silu_add_relu_0(const float* const* in, float* const* out, const int64_t* d)" in source
+    assert "d[" not in source.split("{", 1)[1]   # static sizes are literals
     loop = "16 elements at a time" if vector_lanes() == 16 else "#pragma omp simd"   # lanes.h or not
     assert loop in source and '#include "scalar.h"' in source
     x = np.random.default_rng(0).standard_normal((2, 4, 8, 8)).astype(np.float32)
@@ -39,10 +40,11 @@ def test_each_region_is_written_as_onnx_and_cpp(tmp_path):
     np.testing.assert_allclose(session.run(None, feeds)[0], m(x), rtol=1e-5, atol=1e-6)
 
 
-def test_a_region_with_a_symbolic_size_says_why_it_has_no_kernel(tmp_path):
+def test_a_region_with_a_symbolic_size_reads_it_as_an_argument(tmp_path):
     m = autofusion.compile(silu_scale_model())
     dump_kernels(m.graph, tmp_path)
-    assert "not generated here" in (tmp_path / "fused_silu_add_relu_0.cpp").read_text()
+    source = (tmp_path / "fused_silu_add_relu_0.cpp").read_text()
+    assert "; d = ['N']" in source and "i0 < d[0]" in source
 
 
 def test_the_cli_dumps_kernels(tmp_path, capsys):

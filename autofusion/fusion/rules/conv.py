@@ -133,12 +133,14 @@ def fold_batch_norm(op, m: Match) -> tuple[Value, Value]:
 
 
 def explicit_pads(conv: Node) -> list[int] | None:
-    """The conv's pads [begins…, ends…], auto_pad resolved; None where that needs unknown sizes."""
+    """The conv's pads [begins…, ends…], auto_pad resolved; None where that needs sizes that are
+    not static (a FusedConv's pads are an attribute: ints)."""
     nd = conv.inputs[1].rank - 2
-    return geometry.explicit_pads(attr_value(conv, "auto_pad") or "NOTSET", conv.attr("pads"),
+    pads = geometry.explicit_pads(attr_value(conv, "auto_pad") or "NOTSET", conv.attr("pads"),
                                   (conv.inputs[0].shape or [None] * (nd + 2))[2:],
                                   conv.inputs[1].shape[2:], conv.attr("strides") or [1] * nd,
                                   conv.attr("dilations") or [1] * nd)
+    return pads if pads is not None and all(isinstance(p, int) for p in pads) else None
 
 
 # ---- checks ---------------------------------------------------------------------------------

@@ -334,10 +334,12 @@ def test_conv_refuses_a_computed_weight_of_a_grouped_convolution():
     assert "computed weight of a grouped convolution" in refusal(g)
 
 
-def test_conv_refuses_a_symbolic_batch():
+def test_conv_takes_a_symbolic_batch_and_refuses_an_unknown_one():
     g = graph({"x": ("n", 4, 6, 6)}, lambda op, x: [(op.Conv(x, const(op, 4, 4, 3, 3)), ("n", 4, 4, 4))])
     g.outputs[0].shape = ("n", 4, 4, 4)
-    assert "static shapes" in refusal(g)
+    assert refusal(g) is None
+    g.outputs[0].shape = (None, 4, 4, 4)
+    assert "every dim known" in refusal(g)
 
 
 # ---- pooling ---------------------------------------------------------------------------------
@@ -825,9 +827,10 @@ REFUSALS = {   # one graph per implementation the tests above do not refuse alre
         op.LayerNorm(x, None, None, r, axis=-1), (2, 3, 8))]), "residual broadcasts"),
     "a broadcast scale of LayerNormalization": (lambda: graph({"x": (2, 3, 8)}, lambda op, x: [(
         op.LayerNormalization(x, const(op, 1), axis=-1), (2, 3, 8))]), "broadcasts over the normalized axes"),
-    "a symbolic eltwise": (lambda: graph({"x": ("n", 4)}, lambda op, x: [(op.Tanh(x), ("n", 4))]), "static shapes"),
-    "a symbolic pool": (lambda: graph({"x": ("n", 4, 5, 5)}, lambda op, x: [(op.GlobalMaxPool(x), ("n", 4, 1, 1))]),
-                        "static shapes"),
+    "an unknown dim in an eltwise": (lambda: graph({"x": (None, 4)}, lambda op, x: [(op.Tanh(x), (None, 4))]),
+                                     "every dim known"),
+    "an unknown dim in a pool": (lambda: graph({"x": ("n", 4, None, 5)}, lambda op, x: [
+        (op.GlobalMaxPool(x), ("n", 4, 1, 1))]), "every dim known"),
     "a softmax of int64": (lambda: _int64_graph(lambda op, x: op.Softmax(x)), "int64"),
 }
 

@@ -25,7 +25,7 @@ def test_every_call_gets_outputs_of_its_own(monkeypatch, batch_bytes):
     monkeypatch.setattr(library, "OUTPUT_BATCH_BYTES", batch_bytes)
     model = _static_conv_relu()
     [part] = model.program.native.values()
-    assert part._batch == (1 if batch_bytes == 1 else library.OUTPUT_BATCH)
+    assert part.last._batch == (1 if batch_bytes == 1 else library.OUTPUT_BATCH)
     xs = [torch.randn(1, 3, 8, 8) for _ in range(2 * library.OUTPUT_BATCH + 1)]
     kept = [model(x) for x in xs]
     assert len({y.data_ptr() for y in kept}) == len(kept)
