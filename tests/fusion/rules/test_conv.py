@@ -360,8 +360,9 @@ def test_4d_convolution_is_refused():
     assert near_misses(report, "ConvFusionOp") == ["Conv 'conv': 4-D convolution; FusedConv runs 1-D to 3-D"]
 
 
-def test_same_padding_on_unknown_sizes_is_refused():
-    nodes = [helper.make_node("Conv", ["x", "W"], ["y"], name="conv", auto_pad="SAME_UPPER")]
+def test_same_padding_that_depends_on_symbolic_sizes_is_refused():
+    """Stride 2: SAME's pads depend on the size's parity (stride 1's are static, and fuse)."""
+    nodes = [helper.make_node("Conv", ["x", "W"], ["y"], name="conv", auto_pad="SAME_UPPER", strides=[2, 2])]
     _, report = fuse(onnx_model(nodes, {"x": (1, 2, "h", "w")}, ["y"], {"W": W}), level=1)
     assert near_misses(report, "ConvFusionOp") == [
         "Conv 'conv': auto_pad=SAME_UPPER needs static input sizes to fix its pads"]
