@@ -56,20 +56,24 @@ def main(argv=None) -> None:
         raise SystemExit(f"{args.model}: the plan has {len(model.plan.partitions)} partitions; "
                          "this compares a one-native-partition plan's call with its C call")
     [part] = parts
+    built = part.last   # a static model's one set of sizes
+    if part.symbols:
+        raise SystemExit(f"{args.model}: its sizes {part.symbols} are symbolic; this compares a static "
+                         "model's call with its C call")
     feeds = random_inputs(model.graph)
     xs = [torch.from_numpy(feeds[n]) for n in model.input_names]
-    outs = [torch.empty(s) for s in part.out_shapes]
+    outs = [torch.empty(s) for s in built.out_shapes]
     ins = (library._c * len(xs))(*[x.data_ptr() for x in xs])
     ptrs = (library._c * len(outs))(*[o.data_ptr() for o in outs])
 
     def c_call():
-        part._run(part.handle, ins, ptrs, 0, -1)
+        built._run(built.handle, ins, ptrs, 0, -1)
 
     def run_model():
         model(*xs)
 
     def run_partition():
-        part(*xs)
+        part(None, *xs)
 
     for _ in range(5):
         run_model()

@@ -438,10 +438,10 @@ def worst_difference(got: list[dict], want: list[dict]) -> float | None:
 def reference_kernels(model) -> dict[str, str]:
     """The nodes some step of which runs a oneDNN reference implementation ("ref:any", ...: what
     oneDNN picks where none of its fast kernels takes the problem, often hundreds of times slower),
-    in every program the model made (one per set of input sizes): node name -> what runs it."""
-    programs = [model.program, *(model.specialised or {}).values()]
-    return {n.name: k for p in programs for n, k in p.plan.kernels.items()
-            if any(part.removeprefix("reorder ").startswith("ref") for part in k.split(" + "))}
+    at every set of input sizes its native partitions were set up for: node name -> what runs it."""
+    return {n.name: k for part in model.program.native.values() for built in part.built.values()
+            for n, k in zip(part.node_list, built.kernels)
+            if any(step.removeprefix("reorder ").startswith("ref") for step in k.split(" + "))}
 
 
 def time_against(ours: Callable[[], object], theirs: Callable[[], object], rounds: int) -> dict:

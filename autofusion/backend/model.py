@@ -19,6 +19,7 @@ from .executor import Program, check_supported, storage, tensors_of, to_numpy
 from .lower import lower
 from .precision import (TOLERANCE, GuardReport, calibration_feeds, guard, output_error,
                         propagate, resolve)
+from .sizes import SizesCheck
 from .specialise import specialise, symbolic_dims
 from .torch_cpu import TORCH_DTYPES
 
@@ -52,6 +53,7 @@ class CompiledModel:
             feeds, reference = self._guard(calibration, TOLERANCE if tolerance is None else tolerance)
         self.program = self._program(graph)
         self.plan = self.program.plan
+        self._check_sizes = SizesCheck(self.plan, self.size_cache)
         self.input_names = [v.name for v in graph.inputs]
         self.output_names = [v.name for v in graph.outputs]
         # per input, the (dtype, shape) a tensor that needs no further check has — a symbol in
@@ -204,6 +206,8 @@ class CompiledModel:
             program = self.program
             sizes = self._check_symbolic_dims(tensors)
         sizes = sizes or None
+        if sizes:
+            self._check_sizes(sizes)
         if (program.plan.nan_clamping and not program.all_finite(tensors)) or \
                 (sizes and not self._fits(program, sizes)):
             program = self._exact(program)
@@ -245,6 +249,8 @@ class CompiledModel:
         whole = program.whole
         if whole is None or program.step_times is not None or (sizes and min(sizes.values()) < 1):
             return None
+        if sizes:
+            self._check_sizes(sizes)
         built = whole.for_sizes(tuple(sizes[s] for s in whole.symbols)) if whole.symbols else whole.last
         self._use_threads()
         cpus = affinity.pin_workers(whole.library, torch.get_num_threads())

@@ -19,8 +19,8 @@ def test_it_prints_the_three_differences_per_round(tmp_path, capsys):
     assert len(rows) == 2 and all(len(r.split(" | ")) == 4 for r in rows)
 
 
-def test_a_plan_that_is_not_one_native_partition_is_refused(tmp_path):
-    model = conv_relu_model()   # a symbolic batch: its unspecialised plan has no native partition
+def test_a_model_with_symbolic_sizes_is_refused(tmp_path):
+    model = conv_relu_model()   # a symbolic batch: one native partition, set up per batch size
     onnx.save(model, tmp_path / "m.onnx")
-    with pytest.raises(SystemExit, match="partitions"):
+    with pytest.raises(SystemExit, match="symbolic"):
         call_overhead.main([str(tmp_path / "m.onnx"), "--pairs", "1", "--rounds", "1"])
