@@ -12,6 +12,12 @@ from onnx import TensorProto, helper, numpy_helper
 from torch import nn
 
 import autofusion
+from autofusion.backend.precision import cpu_flags
+
+# ONNX Runtime's u8·s8 kernels are exact where the CPU has VNNI; on AVX2 alone they add products
+# in pairs into saturating 16-bit lanes (vpmaddubsw), and a result may be steps away from the
+# graph's: there they are no reference
+ORT_INT8_EXACT = bool({"avx512_vnni", "avx_vnni", "amx_int8"} & cpu_flags())
 
 TYPES = {np.uint8: TensorProto.UINT8, np.int8: TensorProto.INT8, np.uint16: TensorProto.UINT16,
          np.int16: TensorProto.INT16, np.int32: TensorProto.INT32, np.float32: TensorProto.FLOAT}
@@ -135,7 +141,8 @@ def test_qlinear_matmul_against_the_exact_result():
     want = np.clip(np.rint(exact * multiplier.astype(np.float64) + 128), 0, 255).astype(np.uint8)
     got = ours(model, {"a": a})[0]
     np.testing.assert_array_equal(got, want)
-    assert np.abs(got.astype(int) - ort_run(model, {"a": a})[0]).max() <= 1
+    if ORT_INT8_EXACT:
+        assert np.abs(got.astype(int) - ort_run(model, {"a": a})[0]).max() <= 1
 
 
 @pytest.mark.parametrize("per_channel", [False, True])
@@ -147,8 +154,14 @@ def test_qlinear_conv(per_channel):
               "w_zp": np.zeros(4 if per_channel else (), np.int8), "y_scale": np.float32(0.2),
               "y_zp": np.uint8(90), "B": RNG.integers(-500, 500, 4).astype(np.int32)}
     model = one_node("QLinearConv", {"x": x}, consts, [TensorProto.UINT8], pads=[1, 1, 1, 1])
-    got, want = ours(model, {"x": x})[0], ort_run(model, {"x": x})[0]
-    assert np.abs(got.astype(int) - want).max() <= 1 and (got != want).mean() < 0.02
+    got = ours(model, {"x": x})[0]
+    # the exact integer convolution, rescaled in float64 by the float32 multiplier, rounded to even
+    exact = torch.nn.functional.conv2d(torch.from_numpy(x.astype(np.float64) - 110),
+                                       torch.from_numpy(w.astype(np.float64)), padding=1).numpy()
+    multiplier = (consts["x_scale"] * w_scale / consts["y_scale"]).astype(np.float64).reshape(-1, 1, 1)
+    exact = np.clip(np.rint((exact + consts["B"].reshape(-1, 1, 1)) * multiplier + 90), 0, 255)
+    for want in [exact] + ([ort_run(model, {"x": x})[0]] if ORT_INT8_EXACT else []):
+        assert np.abs(got.astype(int) - want).max() <= 1 and (got != want).mean() < 0.02
 
 
 class TinyCnn(nn.Module):
@@ -192,4 +205,5 @@ def test_qdq_cnn_equals_onnx_runtime(qdq_cnn, level, backend):
     x = np.random.default_rng(5).standard_normal((1, 3, 16, 16)).astype(np.float32)
     got = autofusion.compile(qdq_cnn, level=level, backend=backend)(x)
     np.testing.assert_allclose(got, ort_run(qdq_cnn, {"x": x}, optimized=False)[0], rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(got, ort_run(qdq_cnn, {"x": x})[0], rtol=1e-5, atol=1e-6)
+    if ORT_INT8_EXACT:   # its fused int8 kernels
+        np.testing.assert_allclose(got, ort_run(qdq_cnn, {"x": x})[0], rtol=1e-5, atol=1e-6)

@@ -13,6 +13,7 @@ import autofusion
 from autofusion.ir import DType
 
 from .test_impls import RNG, check_native, const, graph, step_kernel
+from .cpu import bf16_dots, own_loops
 
 pytestmark = pytest.mark.skipif(__import__("autofusion.backend.native", fromlist=["unavailable"]).unavailable()
                                 is not None, reason="native backend unavailable")
@@ -31,6 +32,7 @@ def scaled(channels: int, size: int, batch: int, scales: tuple, out_channels: in
     return graph({"x": (batch, channels, size, size), "s": scales}, build)
 
 
+@own_loops
 @pytest.mark.parametrize("channels", [16, 24, 40, 144])
 @pytest.mark.parametrize("batch, per_batch", [(1, False), (2, False), (2, True)])
 def test_the_runtime_scales_the_channels_as_torch_does(channels, batch, per_batch):
@@ -48,6 +50,7 @@ def test_a_parallel_scale_equals_torch_at_one_and_two_threads():
             assert np.abs(got[name] - want[name]).max() <= 1e-5 * max(1.0, np.abs(want[name]).max())
 
 
+@bf16_dots
 def test_a_bf16_scale_is_the_f32_product_rounded_to_bf16():
     """In bf16 the activation and the scale are bf16 and the product is rounded once: every value
     is within bf16's rounding of the torch backend's fp32 product of the same bf16 operands."""

@@ -14,6 +14,7 @@ from autofusion.backend.native import unavailable
 from autofusion.ir.activations import activation_attrs
 
 from .test_impls import RNG, check_native, graph
+from .cpu import bf16_dots
 
 pytestmark = pytest.mark.skipif(unavailable() is not None, reason=f"native backend: {unavailable()}")
 
@@ -38,6 +39,7 @@ def test_one_row_in_fp32_equals_torch(k, n, act, bias):
     check_native(linear(k, n, act, bias)[0])
 
 
+@bf16_dots
 @pytest.mark.parametrize("k, n", SHAPES)
 def test_one_row_in_bf16_is_the_product_of_the_rounded_operands(k, n):
     g, w, b = linear(k, n)
@@ -48,6 +50,7 @@ def test_one_row_in_bf16_is_the_product_of_the_rounded_operands(k, n):
     assert np.abs(y - want).max() <= 1e-5 * max(1.0, np.abs(want).max())
 
 
+@bf16_dots
 def test_a_row_written_in_bf16_by_one_product_and_read_by_the_next():
     """y = (x·W1)·W2 in bf16: the middle row only the second product reads, so the first writes
     it in bf16 and the second reads those bits (x rounded, the middle rounded once)."""

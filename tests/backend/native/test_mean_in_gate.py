@@ -15,6 +15,7 @@ from autofusion.ir import DType
 from autofusion.ir.activations import activation_attrs
 
 from .test_impls import RNG, axes, check_native, const, graph, refusal
+from .cpu import own_loops
 
 pytestmark = pytest.mark.skipif(__import__("autofusion.backend.native", fromlist=["unavailable"]).unavailable()
                                 is not None, reason="native backend unavailable")
@@ -50,6 +51,7 @@ def mean_seconds(model) -> float:
     return autofusion.profile(model, feeds, runs=2, block=1, warmup=1).by_node()[mean_node(model).name].seconds
 
 
+@own_loops
 @pytest.mark.parametrize("channels", [16, 24, 40, 144])
 @pytest.mark.parametrize("batch", [1, 2])
 def test_the_mean_summed_in_the_gate_equals_torch(channels, batch):

@@ -17,6 +17,7 @@ from autofusion.ir import DType
 
 from .test_impls import check_native, const, graph
 from .test_step_kernels import own_loops
+from .cpu import avx512
 
 pytestmark = pytest.mark.skipif(unavailable() is not None, reason=f"native backend: {unavailable()}")
 
@@ -208,6 +209,7 @@ def attention_and_reshape(model):
     return part, attention, reshape
 
 
+@avx512
 @pytest.mark.parametrize("seq_first", [False, True])
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_an_attention_writes_its_heads_merged_back_and_the_reshape_after_is_a_view(precision, seq_first):
@@ -229,6 +231,7 @@ def test_an_attention_writes_its_heads_merged_back_and_the_reshape_after_is_a_vi
     assert np.abs(got[name] - want[name]).max() <= bound * np.abs(want[name]).max()
 
 
+@avx512
 def test_the_heads_of_a_vit_are_merged_back_as_the_product_writes_them():
     # three axes ([H,S,D] stored [S,H,D]): still oneDNN's brgemm for p·v
     model = check_native_level2(graph({"x": (7, 1, 8)}, lambda op, x: [
