@@ -19,7 +19,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from autofusion.frontend import import_onnx
 from autofusion.ir import DType, lookup
-from autofusion.ir.symbolic import SizeExpr, add, ceildiv, evaluate, floordiv, maximum, minimum, mul, sub
+from autofusion.ir.symbolic import SizeExpr, add, ceildiv, evaluate, floordiv, maximum, mul, sub
 from autofusion.passes import fold_constants, fold_static_shapes
 from autofusion.passes import cleanup
 from autofusion.backend import evaluate_node

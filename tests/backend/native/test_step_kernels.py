@@ -9,19 +9,17 @@ import numpy as np
 import pytest
 
 import autofusion
-from autofusion.backend.native import build, unavailable
+from autofusion.backend.native import unavailable
 from autofusion.export.graph_views import runs_on
 from autofusion.ir import DType
 from autofusion.ir.activations import activation_attrs
 
+from .cpu import own_loops
 from .test_impls import RNG, axes, const, graph
 from .test_mean_in_gate import squeeze_excitation
 
 pytestmark = pytest.mark.skipif(unavailable() is not None, reason=f"native backend: {unavailable()}")
 
-# the runtime's own loops are built only with AVX-512 (runtime/vector.h VECTORISED)
-own_loops = pytest.mark.skipif(" avx512f " not in f" {build._cpu().split('|')[-1]} ",
-                               reason="the runtime's own loops need AVX-512")
 
 
 def compiled(g, **kw):
