@@ -215,11 +215,7 @@ def cmd_info(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    try:
-        from benchmarks.cli import main as bench_main
-    except ImportError as e:
-        raise AutofusionError(f"the benchmarks package is not importable ({e}); it ships with the "
-                              "source checkout: pip install -e '.[bench]'") from None
+    from .benchmarks.cli import main as bench_main
     return bench_main(args.args)
 
 

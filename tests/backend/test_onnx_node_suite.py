@@ -18,7 +18,7 @@ import onnx.backend.test
 from onnx.backend.test.loader import load_model_tests
 
 from autofusion.ir import lookup
-from benchmarks.onnx_suites import autofusion_backend
+from autofusion.benchmarks.onnx_suites import autofusion_backend
 
 from .node_suite_expected_failures import EXPECTED_FAILURES
 

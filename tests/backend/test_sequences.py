@@ -286,7 +286,7 @@ def test_verify_refuses_a_sequence_read_as_a_tensor_and_a_tensor_as_a_sequence()
 
 def test_onnx_simple_sequence_models_pass_on_the_onnx_runner():
     """ONNX's own test_sequence_model1-8 (data/simple), through its backend runner, strict."""
-    from benchmarks.onnx_suites import (
+    from autofusion.benchmarks.onnx_suites import (
         OneCaseRunner,
         backend_for,
         discover,

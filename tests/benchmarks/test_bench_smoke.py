@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.systems import PRECISION_TOLERANCE, SYSTEM_NAMES, all_systems
+from autofusion.benchmarks.systems import PRECISION_TOLERANCE, SYSTEM_NAMES, all_systems
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = {s.name: s.package for s in all_systems()}    # the optional package each one needs

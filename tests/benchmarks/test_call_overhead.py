@@ -1,9 +1,9 @@
-"""`python -m benchmarks.call_overhead` on a small one-partition model, and its refusal of another plan."""
+"""`python -m autofusion.benchmarks.call_overhead` on a small one-partition model, and its refusal of another plan."""
 import onnx
 import pytest
 
 from autofusion.backend.native import unavailable
-from benchmarks import call_overhead
+from autofusion.benchmarks import call_overhead
 
 from ..helpers import conv_relu_model
 

@@ -2,7 +2,7 @@
 import pytest
 
 from autofusion.cli import main
-from benchmarks.cli import ZOO, build_parser, settings_from_args
+from autofusion.benchmarks.cli import ZOO, build_parser, settings_from_args
 
 
 def test_bench_list_goes_through_the_autofusion_command(capsys):

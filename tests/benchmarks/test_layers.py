@@ -3,7 +3,7 @@
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
-from benchmarks.layers import Side, anchors_of
+from autofusion.benchmarks.layers import Side, anchors_of
 
 
 def _model():

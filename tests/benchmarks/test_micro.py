@@ -3,7 +3,7 @@ with the right output shape (no timing)."""
 import onnxruntime as ort
 import pytest
 
-from benchmarks.micro import (REFERENCE, build_parser, conv_chain, elementwise_chain,
+from autofusion.benchmarks.micro import (REFERENCE, build_parser, conv_chain, elementwise_chain,
                               example_inputs, settings_from_args)
 
 

@@ -1,11 +1,11 @@
-"""benchmarks/onnx_suites.py on a few cases: scope, both systems through ONNX's runner in worker
+"""autofusion/benchmarks/onnx_suites.py on a few cases: scope, both systems through ONNX's runner in worker
 processes, a case past its time bound recorded without ending the run, and the tally."""
 from __future__ import annotations
 
 import onnx
 from onnx import helper
 
-from benchmarks.onnx_suites import Worker, discover, in_scope, run_cases, tally
+from autofusion.benchmarks.onnx_suites import Worker, discover, in_scope, run_cases, tally
 
 
 def test_scope_reads_every_tensor_type_in_the_model():

@@ -1,7 +1,7 @@
 """Ratios, the markdown table and the JSON of a hand-made result (no benchmark is run)."""
 import json
 
-from benchmarks import report
+from autofusion.benchmarks import report
 
 
 def _system(label, peer, status="ok", median=None, error=None, diff=0.0, precision="fp32"):

@@ -1,4 +1,4 @@
-"""`python -m benchmarks.sweep`, the architecture sweep, on the one architecture that needs no
+"""`python -m autofusion.benchmarks.sweep`, the architecture sweep, on the one architecture that needs no
 torchvision or transformers (tiny_resnet), so the command cannot rot in the test venv.
 
 The sweep runs as a subprocess, as a user runs it; it checks what the run records, never how long
@@ -18,13 +18,13 @@ import autofusion
 
 from autofusion.backend import native
 from autofusion.backend import precision as P
-from benchmarks import sweep
+from autofusion.benchmarks import sweep
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _sweep(out: Path, *extra: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "benchmarks.sweep", "--models", "^tiny_resnet$", "--out", str(out),
+    cmd = [sys.executable, "-m", "autofusion.benchmarks.sweep", "--models", "^tiny_resnet$", "--out", str(out),
            *extra]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -113,7 +113,7 @@ def test_summary_lists_every_failure_with_its_error():
                           "error": "GraphError: node 'x' (Add): bad"}]},
                {"architecture": "a", "family": "f", "config": "full", "variant": "dynamo18",
                 "status": "export error", "error": "TorchExportError: no"}]
-    text = sweep.summary_markdown(records, "python -m benchmarks.sweep", [0, 2], ["native"])
+    text = sweep.summary_markdown(records, "python -m autofusion.benchmarks.sweep", [0, 2], ["native"])
     assert "1 architectures, 1 variants, 1 of 2 level×variant runs equal to ONNX Runtime" in text
     assert "| a | ts17 | 2 | native | compile error | GraphError: node 'x' (Add): bad |" in text
     assert "| a | dynamo18 | export error | TorchExportError: no |" in text

@@ -11,7 +11,7 @@ import onnxruntime as ort
 import pytest
 
 import autofusion
-from benchmarks.models import ModelUnavailable, example_inputs, export_onnx
+from autofusion.benchmarks.models import ModelUnavailable, example_inputs, export_onnx
 
 
 def exported(name: str, tmp_path_factory):

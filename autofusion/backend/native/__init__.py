@@ -20,7 +20,7 @@ from ..lower import Plan
 from . import impls, kernels, rows  # noqa: F401 - register the native implementations
 from .build import NativeBuildError, Toolchain, toolchain
 from .emit import NativeCode, emit_model
-from .library import SIZE_CACHE, KernelTable, NativeLibrary, NativePartition, runtime
+from .library import SIZE_CACHE, KernelTable, NativePartition, runtime
 
 
 def unavailable() -> str | None:
@@ -38,9 +38,9 @@ def build_partitions(plan: Plan, model: str, size_cache: int = SIZE_CACHE,
         return {}, code
     tc = toolchain()
     assert isinstance(tc, Toolchain), tc
-    kernels = KernelTable(tc, code.kernels, len(code.kernel_names)) if code.kernel_names else None
+    table = KernelTable(tc, code.kernels, len(code.kernel_names)) if code.kernel_names else None
     parts = {p.index: p for p in plan.partitions}
-    return {k: NativePartition(runtime(tc), program, kernels, parts[k].nodes, size_cache, built)
+    return {k: NativePartition(runtime(tc), program, table, parts[k].nodes, size_cache, built)
             for k, program in code.programs.items()}, code
 
 

@@ -218,7 +218,7 @@ def is_channel_gate(m: Match) -> bool:
 
 # The cost of a value of W·g against one of x·g on each call: W·g with its reorder into oneDNN's
 # blocked weight layout takes 0.5-3 ns a value, the in-place x·g 0.05-0.18 ns (oneDNN 3.2, fp32
-# and bf16, 2 threads: `python -m benchmarks.conv_floor --program gate_cost`).
+# and bf16, 2 threads: `python -m autofusion.benchmarks.conv_floor --program gate_cost`).
 GATED_WEIGHT_COST = 10
 
 

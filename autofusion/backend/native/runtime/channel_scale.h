@@ -1,7 +1,7 @@
 // y = x·s with s one value per channel, x channels-last (a squeeze-excitation's scale on its
 // activation): rows of `channels` values, each multiplied by the channels' scales. oneDNN 3.2's
 // binary multiply with s broadcast takes about twice as long over MobileNetV3-L's eight
-// (`python -m benchmarks.conv_floor --program channel_scale_cost`). x and y are f32 or bf16 (y may
+// (`python -m autofusion.benchmarks.conv_floor --program channel_scale_cost`). x and y are f32 or bf16 (y may
 // be x), s f32 or bf16; s holds one row of scales per batch, or one for all.
 #pragma once
 

@@ -2,7 +2,7 @@
 // dilation) over channels-last values, f32 or bf16 in and out, with its bias and post-ops; the
 // runtime's own loop where a bf16 step would get oneDNN 3.2's older depthwise kernel (jit_dw),
 // which takes 1.36-1.55x this one's time over MobileNetV3-L's fifteen depthwise shapes here
-// (Sapphire Rapids, 2 threads, bf16 in and out: `python -m benchmarks.conv_floor --program
+// (Sapphire Rapids, 2 threads, bf16 in and out: `python -m autofusion.benchmarks.conv_floor --program
 // depthwise_cost`).
 //
 // Why it is fast: B outputs along a row are computed together (B independent FMA chains), and

@@ -2,7 +2,7 @@
 // runtime computes itself rather than as oneDNN post-ops. SiLU is g(x) = x; tanh-GELU is g(x) = 2u with
 // u = √(2/π)(x + 0.044715x³), as ½(1 + tanh u) = sigmoid(2u). On this CPU (Zen 4, one thread)
 // oneDNN 3.2's swish post-op costs ~0.7 ns a value, more than the depthwise convolution it
-// follows, and its tanh-GELU ~1 ns; these cost ~0.3 and ~0.4 (`python -m benchmarks.conv_floor
+// follows, and its tanh-GELU ~1 ns; these cost ~0.3 and ~0.4 (`python -m autofusion.benchmarks.conv_floor
 // --program activation_cost`). Values are f32 or bf16. Both functions are 0 at 0, so the zero padding
 // of a blocked layout stays zero and the whole buffer can be swept.
 #pragma once

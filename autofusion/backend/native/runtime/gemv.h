@@ -4,7 +4,7 @@
 // 64 sums in registers, and threads take whole panels (nothing to add across threads). In bf16 a
 // panel's rows are interleaved in pairs, as vdpbf16ps multiplies them, and x is read in bf16, as
 // oneDNN's bf16 product reads it; sums are f32. Against oneDNN 3.2's matmul, called alone
-// (`python -m benchmarks.conv_floor --program gemv_cost`, AMD Zen 5, one thread): 0.95-1.26x of
+// (`python -m autofusion.benchmarks.conv_floor --program gemv_cost`, AMD Zen 5, one thread): 0.95-1.26x of
 // its speed over the zoo's heads, warm and cold; the earlier form (four plain rows at a time into
 // N sums in L1) was 0.68-0.86x with W cold on that CPU, though up to 1.3x faster on Zen 4.
 #pragma once

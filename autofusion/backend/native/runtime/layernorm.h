@@ -4,7 +4,7 @@
 // bf16 (Zen 4, two threads, `autofusion profile`) the two took 0.17 ms for each of its 25 norms
 // of 128 rows of 768, this loop 0.07: it reads x and the residual once, writes y once, with no
 // temporary. Alone, warm or cold, this loop is as fast as oneDNN's or up to a third faster
-// (`python -m benchmarks.conv_floor --program layernorm_cost`). Per row, in f32: t = x + r, the
+// (`python -m autofusion.benchmarks.conv_floor --program layernorm_cost`). Per row, in f32: t = x + r, the
 // mean, the variance as the mean of (t - mean)² (a second pass over a row still in L1, not
 // E[t²] - mean²: no cancellation), then y = (t - mean)/√(var + ε)·scale + shift, written f32 or
 // bf16 (uint16_t: normed rows a bf16 product reads). A NaN or an infinity in a row makes the

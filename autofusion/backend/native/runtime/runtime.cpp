@@ -806,7 +806,7 @@ struct Partition::Impl {
   // act(conv(x, w) + b) for a 2-D depthwise convolution, x and y channels-last (depthwise.h), in
   // place of oneDNN's primitive pd: where pd is oneDNN 3.2's older jit_dw kernel in a bf16 step
   // (what it has for a bf16 result; for an f32 one, and in fp32, its brdgmm_dw is faster than
-  // this loop: `python -m benchmarks.conv_floor --program depthwise_cost`), w is a constant
+  // this loop: `python -m autofusion.benchmarks.conv_floor --program depthwise_cost`), w is a constant
   // [C, 1, k, k] of square taps, k and the stride are ones the loop has, the dilation is 1 and the
   // post-ops are ones it computes. False, adding nothing, where not.
   bool depthwise(int y, int x, int w, int b, const dnnl::convolution_forward::primitive_desc& pd,
@@ -886,7 +886,7 @@ struct Partition::Impl {
   // convolves its own tiles (oneDNN run inside a parallel region runs on one thread) into an f32
   // buffer in its L2, and gates it from there into dst. Whole, the result goes to memory and is
   // read back by the gate (EfficientNet-B4's 24 -> 144 at 190x190 in bf16: 2.5 -> 1.5 ms;
-  // smaller results stay in L3, 32 MB here, and whole is as fast: `python -m benchmarks.conv_floor
+  // smaller results stay in L3, 32 MB here, and whole is as fast: `python -m autofusion.benchmarks.conv_floor
   // --program gate_tiling_cost`). False, adding nothing, where the step does not qualify.
   static constexpr int64_t TILED_GATE_FROM = int64_t(16) << 20;   // bytes of f32 result
   static constexpr int64_t TILE_BYTES = int64_t(512) << 10;       // one thread's f32 tile
@@ -1717,7 +1717,7 @@ void Partition::attention(int dst, int q, int k, int v, int mask, float scale) {
   // padding out and writes it 0 in p): oneDNN 3.2's AMX products run a tail of keys slowly, as
   // q·kᵀ's N and p·v's K (two threads, q·kᵀ + p·v: ViT's [12,197,64] 146 µs against 98 for 224
   // keys; [8,1024,64] over 77 keys 261 against 144 for 96). Its AVX-512 fp32 kernels take tails
-  // in their stride: there padding costs 7% (ViT) to 2.4x (7 keys). benchmarks/native/attention_cost.cpp
+  // in their stride: there padding costs 7% (ViT) to 2.4x (7 keys). autofusion/benchmarks/native/attention_cost.cpp
   const int64_t keys = scores.back();
   auto copied_pd = [&](Dims stored, bool masked) {   // q and k dense (copy_rows), k read transposed
     Dims kvs = ks;

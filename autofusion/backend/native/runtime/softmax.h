@@ -1,6 +1,6 @@
 // Softmax and log-softmax over the rows of a dense [rows, cols] array, the runtime's own: on this
 // CPU (Zen 4) oneDNN 3.2's softmax costs twice as much or more (ViT's 2364 rows of 197, one
-// thread: 450 µs in f32 against 180; `python -m benchmarks.conv_floor --program softmax_cost`). It
+// thread: 450 µs in f32 against 180; `python -m autofusion.benchmarks.conv_floor --program softmax_cost`). It
 // reads f32 and writes f32 or bf16 (uint16_t: an attention's weights), computing in f32. Per row: the largest value m, then
 // s = Σ e^(x-m), then e^(x-m)/s (the exponentials kept from the second pass in an f32 row) or
 // x - m - log s. As in PyTorch, a row holding a NaN, or whose largest value is ±inf, is NaN
@@ -8,7 +8,7 @@
 // An attention's additive mask is added to x as the row is read (x + mask row, one mask row per
 // row of x, rows shared where the mask broadcasts): as a binary post-op of oneDNN's q·kᵀ it adds
 // 40% to the product (GPT-2's causal mask, [12,128,128] bf16 on AMX: 29 µs against 20,
-// benchmarks/native/attention_cost.cpp), here one more load per value of a pass that reads the
+// autofusion/benchmarks/native/attention_cost.cpp), here one more load per value of a pass that reads the
 // row anyway.
 #pragma once
 

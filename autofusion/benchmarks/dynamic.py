@@ -1,0 +1,269 @@
+"""`python -m autofusion.benchmarks.dynamic`: models exported with dynamic axes — one compile, any size —
+against the same models exported static, and against ONNX Runtime and OpenVINO f32 on the
+dynamic file.
+
+    zoo      each model at two sizes (models.inputs_at: the size it was trained at and another):
+             autofusion L2 on the dynamic file and on a static export at that size, ORT (all
+             optimisations) and OpenVINO f32 on the dynamic file; the systems alternated in
+             blocks, ratios round by round (timing.py)
+    stream   the OCR-style recognizer (models.ocr_recognizer, 48-pixel lines) over 100 lines of
+             random widths 100-800: each system's total time over the stream, every first call at
+             a new width included (its compile not), three passes in turn
+    compile  compile times of each model: autofusion cold (an empty kernel cache, the runtime
+             library already built, as after a first use on the machine), warm, and its first
+             call at a new size less a steady call; ORT's session creation and OpenVINO's
+             compile_model, and their first call at a new size less a steady one
+
+    python -m autofusion.benchmarks.dynamic --part zoo --models mobilenet_v3_large,resnet50 --rounds 10
+    python -m autofusion.benchmarks.dynamic --part stream
+    python -m autofusion.benchmarks.dynamic --part compile
+
+Exports go to --out/onnx (reused), results to --out/dynamic-<part>.md and .json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from . import models, timing
+from .runner import short_error
+from .systems import Autofusion, ModelCase, OnnxRuntime, OpenVino, as_arrays, max_rel_diff
+
+ZOO = ["resnet50", "resnet101", "bert-base", "efficientnet_b4", "vit_b_16", "mobilenet_v3_large",
+       "convnext_tiny", "gpt2"]
+# (the size it was trained at, another): images' side, tokens' count, ViT's batch
+SIZES = {"efficientnet_b4": (380, 300), "bert-base": (128, 64), "gpt2": (128, 64), "vit_b_16": (1, 2),
+         "ocr_recognizer": (320, 640)}
+DEFAULT_SIZES = (224, 160)
+STREAM_WIDTHS = (100, 800)
+
+
+def export(name: str, out: Path, size: int | None = None) -> str:
+    """The model's ONNX file: dynamic (size None) or static at `size`; exported unless there."""
+    path = out / "onnx" / f"{name}.{'dynamic' if size is None else f's{size}'}.onnx"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        at = SIZES.get(name, DEFAULT_SIZES)[0] if size is None else size
+        models.export_module(models.build(name), models.inputs_at(name, at), path,
+                             outputs=models.spec(name).outputs,
+                             dynamic_axes=models.DYNAMIC_AXES[name] if size is None else None)
+    return str(path)
+
+
+def case(name: str, path: str, size: int, threads: int) -> ModelCase:
+    return ModelCase(name, path, models.inputs_at(name, size), None, threads)
+
+
+# ---- zoo -----------------------------------------------------------------------------------
+
+def zoo(names: list[str], out: Path, args) -> list[dict]:
+    rows = []
+    for name in names:
+        for size in SIZES.get(name, DEFAULT_SIZES):
+            dynamic, static = export(name, out), export(name, out, size)
+            systems = {"autofusion (dynamic file)": (Autofusion(2), dynamic),
+                       "autofusion (static file)": (Autofusion(2), static),
+                       "ORT (all)": (OnnxRuntime("ORT_ENABLE_ALL"), dynamic),
+                       "OpenVINO f32": (OpenVino("fp32"), dynamic)}
+            ready, reference, row = {}, None, {"model": name, "size": size, "errors": {}}
+            for label, (system, path) in systems.items():
+                try:
+                    system.load(case(name, path, size, args.threads))
+                    system.compile()
+                    outputs = as_arrays(system.run())
+                except Exception as e:  # noqa: BLE001 - recorded; the others go on
+                    row["errors"][label] = short_error(e)
+                    continue
+                reference = reference if reference is not None else outputs
+                row.setdefault("max_rel_diff", {})[label] = max_rel_diff(outputs, reference)
+                ready[label] = system.run
+            times = timing.time_in_blocks(ready, rounds=args.rounds, block=args.block, warmup=args.warmup,
+                                          pause_s=0.2, describe_error=short_error)
+            rounds = {k: timing.round_medians(v, args.block) for k, v in times.samples.items() if v}
+            row["median_ms"] = {k: float(np.median(v)) for k, v in rounds.items()}
+            ours = rounds.get("autofusion (dynamic file)")
+            peers = [rounds[k] for k in ("ORT (all)", "OpenVINO f32") if k in rounds]
+            if ours and peers:   # the faster peer round by round
+                best = list(np.minimum.reduce([np.asarray(p) for p in peers]))
+                row["vs_best_peer"] = timing.paired_ratio(best, ours)
+            if ours and "autofusion (static file)" in rounds:
+                row["vs_static"] = timing.paired_ratio(rounds["autofusion (static file)"], ours)
+            row["errors"].update(times.errors)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    return rows
+
+
+def zoo_table(rows: list[dict]) -> str:
+    lines = ["| model | size | autofusion dynamic | autofusion static | ORT (all) | OpenVINO f32 | "
+             "vs best peer | vs static |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        m = r.get("median_ms", {})
+        cell = lambda k: f"{m[k]:.2f}" if k in m else "—"   # noqa: E731
+        ratio = lambda k: f"{r[k]:.2f}x" if k in r else "—"   # noqa: E731
+        lines.append(f"| {r['model']} | {r['size']} | {cell('autofusion (dynamic file)')} | "
+                     f"{cell('autofusion (static file)')} | {cell('ORT (all)')} | {cell('OpenVINO f32')} | "
+                     f"{ratio('vs_best_peer')} | {ratio('vs_static')} |")
+    return "\n".join(lines)
+
+
+# ---- stream --------------------------------------------------------------------------------
+
+def stream(out: Path, args) -> list[dict]:
+    """Each system compiled once; three passes over the same 100 lines, the systems in turn;
+    each pass a fresh compile (so every width is new to it), total seconds of the 100 calls."""
+    name = "ocr_recognizer"
+    path = export(name, out)
+    rng = np.random.default_rng(0)
+    widths = [int(w) for w in rng.integers(STREAM_WIDTHS[0], STREAM_WIDTHS[1] + 1, 100)]
+    lines = [models.inputs_at(name, w) for w in widths]
+    makers = {"autofusion": lambda: Autofusion(2), "ORT (all)": lambda: OnnxRuntime("ORT_ENABLE_ALL"),
+              "OpenVINO f32": lambda: OpenVino("fp32")}
+    totals: dict[str, list[float]] = {k: [] for k in makers}
+    errors: dict[str, str] = {}
+    for _ in range(args.passes):
+        for label, make in makers.items():
+            if label in errors:
+                continue
+            system = make()
+            try:
+                system.load(case(name, path, widths[0], args.threads))
+                system.compile()
+                start = time.perf_counter()
+                for feed in lines:
+                    run_on(system, feed)
+                totals[label].append(time.perf_counter() - start)
+            except Exception as e:  # noqa: BLE001
+                errors[label] = short_error(e)
+            del system
+            time.sleep(0.5)
+    row = {"model": name, "widths": widths, "total_s": totals, "errors": errors,
+           "median_total_s": {k: float(np.median(v)) for k, v in totals.items() if v}}
+    print(json.dumps({k: v for k, v in row.items() if k != "widths"}), flush=True)
+    return [row]
+
+
+def run_on(system, feed: dict[str, torch.Tensor]):
+    """One call of a compiled system on other inputs than its case's."""
+    if isinstance(system, Autofusion):
+        return system.model(**feed)
+    arrays = {k: v.numpy() for k, v in feed.items()}
+    if isinstance(system, OnnxRuntime):
+        return system.session.run(None, {i.name: arrays[i.name] for i in system.session.get_inputs()})
+    return system.request.infer({k: arrays[next(n for n in port.get_names() if n in arrays)]
+                                 for k, port in enumerate(system.compiled.inputs)}, share_inputs=True).to_tuple()
+
+
+def stream_table(rows: list[dict]) -> str:
+    r = rows[0]
+    m = r["median_total_s"]
+    ours = m.get("autofusion")
+    lines = ["| system | total over 100 lines (s, median of passes) | autofusion's speed against it |",
+             "|---|---:|---:|"]
+    for k, v in m.items():
+        lines.append(f"| {k} | {v:.3f} | {v / ours:.2f}x |" if ours else f"| {k} | {v:.3f} | — |")
+    return "\n".join(lines)
+
+
+# ---- compile -------------------------------------------------------------------------------
+
+def compile_times(names: list[str], out: Path, args) -> list[dict]:
+    import autofusion
+    from autofusion.backend.native import build
+    rows = []
+    runtime = build.runtime_library(build.toolchain())   # built (or found) before any timing
+    for name in names:
+        path = export(name, out)
+        first, other = SIZES.get(name, DEFAULT_SIZES)
+        feeds = {s: {k: v for k, v in models.inputs_at(name, s).items()} for s in (first, other)}
+        row = {"model": name}
+        with tempfile.TemporaryDirectory() as cache:   # cold: the runtime alone in the cache
+            shutil.copy(runtime, Path(cache) / runtime.name)
+            os.environ["AUTOFUSION_CACHE_DIR"] = cache
+            try:
+                start = time.perf_counter()
+                autofusion.compile(path)
+                row["autofusion cold"] = time.perf_counter() - start
+                start = time.perf_counter()
+                model = autofusion.compile(path)
+                row["autofusion warm"] = time.perf_counter() - start
+                row["autofusion new size"] = first_call(lambda f: model(**f), feeds)
+            finally:
+                del os.environ["AUTOFUSION_CACHE_DIR"]
+        for label, system in (("ORT", OnnxRuntime("ORT_ENABLE_ALL")), ("OpenVINO f32", OpenVino("fp32"))):
+            try:
+                system.load(case(name, path, first, args.threads))
+                start = time.perf_counter()
+                system.compile()
+                row[label] = time.perf_counter() - start
+                row[f"{label} new size"] = first_call(lambda f: run_on(system, f), feeds)
+            except Exception as e:  # noqa: BLE001
+                row[label] = short_error(e)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def first_call(call, feeds: dict[int, dict]) -> float:
+    """Seconds the first call at a new size costs over a steady call at it (after a first size
+    has run): the set-up a new size costs."""
+    first, other = feeds
+    for _ in range(3):
+        call(feeds[first])
+    start = time.perf_counter()
+    call(feeds[other])
+    new = time.perf_counter() - start
+    steady = []
+    for _ in range(5):
+        start = time.perf_counter()
+        call(feeds[other])
+        steady.append(time.perf_counter() - start)
+    return new - float(np.median(steady))
+
+
+def compile_table(rows: list[dict]) -> str:
+    keys = ["autofusion cold", "autofusion warm", "ORT", "OpenVINO f32", "autofusion new size",
+            "ORT new size", "OpenVINO f32 new size"]
+    lines = ["| model | " + " | ".join(keys) + " |", "|---|" + "---:|" * len(keys)]
+    for r in rows:
+        cells = [f"{r[k] * 1e3:.0f} ms" if "new size" in k and isinstance(r.get(k), float) else
+                 f"{r[k]:.2f} s" if isinstance(r.get(k), float) else str(r.get(k, "—")) for k in keys]
+        lines.append(f"| {r['model']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(prog="python -m autofusion.benchmarks.dynamic", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--part", choices=["zoo", "stream", "compile"], default="zoo")
+    p.add_argument("--models", default=",".join(ZOO), help="comma-separated (zoo and compile)")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=10)
+    p.add_argument("--block", type=int, default=5)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--passes", type=int, default=3, help="stream: passes over the 100 lines")
+    p.add_argument("--out", default="bench-out")
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    names = [n for n in args.models.split(",") if n]
+    rows = zoo(names, out, args) if args.part == "zoo" else stream(out, args) if args.part == "stream" \
+        else compile_times(names, out, args)
+    table = {"zoo": zoo_table, "stream": stream_table, "compile": compile_table}[args.part](rows)
+    print(table)
+    stamp = time.strftime("%Y-%m-%d")
+    (out / f"dynamic-{args.part}-{stamp}.md").write_text(table + "\n")
+    (out / f"dynamic-{args.part}-{stamp}.json").write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,6 +1,0 @@
-"""`python -m benchmarks [options]`: the same as `autofusion bench [options]`."""
-import sys
-
-from .cli import main
-
-sys.exit(main(prog="python -m benchmarks"))
