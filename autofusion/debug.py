@@ -38,7 +38,8 @@ class GraphView:
 
     @property
     def native_source(self) -> str:
-        """The generated C++ of the native partitions ("" when none runs natively)."""
+        """The native partitions' programs and their generated kernels' C++ ("" when none runs
+        natively)."""
         return self.model.native_source
 
     @property
@@ -67,6 +68,12 @@ class DebugView:
 
     def __getitem__(self, i: int) -> GraphView:
         return self.graphs[i]
+
+    @property
+    def graph(self) -> str:
+        """The fused graph's text form, as the seed's `debug_view(model).graph` reads it (several
+        graphs, where dynamo handed over several, joined in the order they were compiled)."""
+        return "\n\n".join(g.graph for g in self.graphs)
 
     def __str__(self) -> str:
         return "\n\n".join(map(str, self.graphs))

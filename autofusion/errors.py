@@ -17,13 +17,13 @@ class ModelLoadError(AutofusionError):
 class UnsupportedOpError(AutofusionError):
     """The model uses operators autofusion has no kernel for; lists every one of them."""
 
-    def __init__(self, unsupported: list[tuple[str, str]]):
+    def __init__(self, unsupported: list[tuple[str, str]], what: str = "autofusion does not support"):
         # unsupported: (op name as "domain::Op" or "Op", node name)
         self.unsupported = unsupported
         by_op: dict[str, list[str]] = {}
         for op, node in unsupported:
             by_op.setdefault(op, []).append(node)
-        lines = [f"{len(unsupported)} node(s) use operators autofusion does not support:"]
+        lines = [f"{len(unsupported)} node(s) use operators {what}:"]
         for op, nodes in sorted(by_op.items()):
             shown = ", ".join(repr(n) for n in nodes[:8]) + (" ..." if len(nodes) > 8 else "")
             lines.append(f"  {op} ({len(nodes)}x): {shown}")

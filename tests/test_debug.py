@@ -39,6 +39,7 @@ def test_debug_view_of_a_compiled_module():
     assert view.source.startswith("def run(_sizes, in0):")
     assert isinstance(view.native_source, str)
     assert view.name in str(autofusion.debug_view(compiled))
+    assert autofusion.debug_view(compiled).graph == view.graph   # the seed's spelling: the fused graph
     model = view.onnx()
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     (got,) = session.run(None, {"l_x_": x.numpy()})

@@ -156,6 +156,7 @@ class Program:
         params = [names[id(v)] for v in graph.inputs]
         body: list[Step] = []
         counter = 0
+        failed: list[str] = []   # every node whose kernel cannot be built, named at once
         for j, (nodes, reads, writes, fn_name, impl) in enumerate(steps):
             skip = ()
             if impl is None:
@@ -165,12 +166,11 @@ class Program:
                 n = nodes[0]
                 try:
                     fn = namespace[fn_name] = impl.build(n)
+                    skip = getattr(fn, "baked_inputs", ())   # constants the kernel captured itself
                 except (KernelBuildError, NotImplementedError) as e:
-                    raise KernelBuildError(f"cannot build a kernel for {n.describe()}: {e}") from None
+                    failed.append(f"cannot build a kernel for {n.describe()}: {e}")
                 except Exception as e:  # noqa: BLE001 - a library refusing the node's attributes
-                    raise KernelBuildError(f"cannot build a kernel for {n.describe()}: "
-                                           f"{type(e).__name__}: {e}") from e
-                skip = getattr(fn, "baked_inputs", ())   # constants the kernel captured itself
+                    failed.append(f"cannot build a kernel for {n.describe()}: {type(e).__name__}: {e}")
             outs = []
             for v in writes:
                 if v.uses or id(v) in keep:
@@ -196,6 +196,9 @@ class Program:
             body.append(Step(f"    {lhs} = {fn_name}({', '.join(args)})",
                              f"    del {', '.join(dead)}" if dead else None,
                              nodes[0] if len(nodes) == 1 else None))
+        if failed:
+            raise KernelBuildError(failed[0] if len(failed) == 1 else
+                                   f"{len(failed)} nodes have no kernel here:\n" + "\n".join(f"  {f}" for f in failed))
         # an output that is an input or a constant is copied, so callers never alias them
         results = []
         for v in graph.outputs:

@@ -24,6 +24,7 @@ autofusion.onnxruntime domain, in a topological order of the contracted graph.
 """
 from __future__ import annotations
 
+import functools
 import heapq
 
 import onnx
@@ -218,9 +219,27 @@ def non_tensor_nodes(model: onnx.ModelProto) -> list[tuple[str, str]]:
     return found
 
 
+@functools.lru_cache(maxsize=1)
+def _onnx_runtime_ops() -> frozenset[tuple[str, str]]:
+    """(domain, op) of every kernel ONNX Runtime's CPU provider registers."""
+    from onnxruntime.capi import onnxruntime_pybind11_state as ort
+    return frozenset((d.domain or "", d.op_name) for d in ort.get_all_opkernel_def()
+                     if d.provider == "CPUExecutionProvider")
+
+
+def _runs_nowhere(model: onnx.ModelProto, n: onnx.NodeProto) -> bool:
+    """Whether neither ONNX Runtime (a kernel, a standard op's function body) nor the model (a
+    local function) has the op: a custom op no one registered."""
+    domain = "" if n.domain == "ai.onnx" else n.domain
+    return (domain, n.op_type) not in _onnx_runtime_ops() and \
+        not onnx.defs.has(n.op_type, domain) and \
+        not any(f.name == n.op_type and f.domain == n.domain for f in model.functions)
+
+
 def group_for_onnx_runtime(model: onnx.ModelProto) -> list[tuple[str, str]]:
     """Rewrite the model's nodes so each group of foreign nodes is one OnnxRuntimeCall node;
-    return every foreign node as (op, node name), what a strict import refuses."""
+    return every foreign node as (op, node name), what a strict import refuses. An op that runs
+    nowhere (a custom op no one registered) is an UnsupportedOpError naming every such node."""
     g = model.graph
     types = {vi.name: vi.type for vi in [*g.value_info, *g.input, *g.output]}
     nodes = list(g.node)
@@ -228,6 +247,10 @@ def group_for_onnx_runtime(model: onnx.ModelProto) -> list[tuple[str, str]]:
     foreign = [_foreign(n, types, opset) for n in nodes]
     if not any(foreign):
         return []
+    nowhere = [(op_key(n.domain, n.op_type), n.name or f"{n.op_type}_{i}")
+               for i, (n, f) in enumerate(zip(nodes, foreign)) if f and _runs_nowhere(model, n)]
+    if nowhere:
+        raise UnsupportedOpError(nowhere, "neither autofusion nor ONNX Runtime has a kernel for")
     for i, n in enumerate(nodes):   # a name for each: errors and the report name the nodes
         if not n.name:
             n.name = f"{n.op_type}_{i}"

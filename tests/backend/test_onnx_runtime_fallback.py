@@ -87,6 +87,18 @@ def test_strict_refuses_it_naming_the_node():
         autofusion.compile(ml_model(), strict=True)
 
 
+def test_ops_no_one_has_are_all_named_at_once():
+    """Two custom ops neither autofusion nor ONNX Runtime registers, apart in the graph: one error
+    names both (a user fixes them together, not one per run)."""
+    nodes = [helper.make_node("Foo", ["x"], ["a"], name="foo", domain="my.ops"),
+             helper.make_node("Relu", ["a"], ["b"], name="relu"),
+             helper.make_node("Bar", ["b"], ["y"], name="bar", domain="my.ops")]
+    with pytest.raises(UnsupportedOpError, match=r"2 node\(s\) use operators neither autofusion nor ONNX "
+                                                 r"Runtime has a kernel for:\n  my.ops::Bar \(1x\): 'bar'\n"
+                                                 r"  my.ops::Foo \(1x\): 'foo'"):
+        autofusion.compile(_model(nodes, [("x", F, [2, 3])], ["y"]))
+
+
 def test_connected_unsupported_nodes_are_one_session_and_outputs_without_shapes_still_run():
     """com.microsoft::QuickGelu has no ONNX shape rule: its output and Neg's get no type at import."""
     nodes = [helper.make_node("Relu", ["x"], ["a"], name="relu"),
