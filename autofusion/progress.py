@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TextIO
 
-SHOW_AFTER_S = 2.0
+SHOW_AFTER_S = 1.0   # work that takes longer shows its line
 TICK_S = 0.25
 
 _wanted: bool | None = None          # None: as the environment says, else where stderr is a tty
