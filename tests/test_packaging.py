@@ -4,6 +4,7 @@ sources among it — and compiles and runs the bundled example natively; it inst
 the top level but autofusion."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import zipfile
@@ -17,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run(*cmd, cwd: Path) -> str:
-    done = subprocess.run([str(c) for c in cmd], cwd=cwd, capture_output=True, text=True, timeout=600)
+    env = {k: v for k, v in os.environ.items() if k != "AUTOFUSION_BACKEND"}   # the default: native here
+    done = subprocess.run([str(c) for c in cmd], cwd=cwd, capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, f"{' '.join(map(str, cmd))}:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
     return done.stdout
 

@@ -142,7 +142,7 @@ def case(request, tmp_path_factory):
 
 def test_every_node_runs_natively_at_every_size_equal_to_onnx_runtime(case):
     name, path, feeds = case
-    model = autofusion.compile(path)
+    model = autofusion.compile(path, backend="native")
     assert all(p.target == "native" for p in model.plan.partitions), str(model.plan)
     (part,) = model.program.native.values()
     assert part.symbols, "the partition's sizes are symbolic"
@@ -157,7 +157,7 @@ def test_every_node_runs_natively_at_every_size_equal_to_onnx_runtime(case):
 
 def test_a_new_size_compiles_nothing(case, monkeypatch):
     name, path, feeds = case
-    model = autofusion.compile(path)
+    model = autofusion.compile(path, backend="native")
     model.run(feeds[0])
 
     def no_compiler(*args, **kwargs):
@@ -168,7 +168,7 @@ def test_a_new_size_compiles_nothing(case, monkeypatch):
 
 
 def test_the_plan_says_the_sizes_it_was_last_set_up_for():
-    model = autofusion.compile(paddle_style())
+    model = autofusion.compile(paddle_style(), backend="native")
     assert "float[x_dim0,8,(x_dim2 + 1) // 2,(x_dim3 + 1) // 2]" in str(model.plan)
     model.run(image(2, 20, 30))
     assert "last set up for x_dim0=2, x_dim2=20, x_dim3=30" in str(model.plan)
@@ -176,14 +176,14 @@ def test_the_plan_says_the_sizes_it_was_last_set_up_for():
 
 def test_two_question_mark_dims_are_not_one_size():
     """paddle2onnx's '?' means any size, each its own: a 48x192 image is a valid input."""
-    model = autofusion.compile(paddle_style())
+    model = autofusion.compile(paddle_style(), backend="native")
     assert model.graph.inputs[0].shape == ("x_dim0", 3, "x_dim2", "x_dim3")
     model.run(image(1, 48, 192))
 
 
 def test_the_size_cache_keeps_the_most_recent_sets(tmp_path):
     path = CASES["detector"][0](tmp_path / "detector.onnx")
-    model = autofusion.compile(path, size_cache=2)
+    model = autofusion.compile(path, backend="native", size_cache=2)
     (part,) = model.program.native.values()
     sizes = [(1, 32, 32), (1, 64, 64), (2, 32, 32), (1, 64, 64)]
     for n, h, w in sizes:
@@ -192,12 +192,12 @@ def test_the_size_cache_keeps_the_most_recent_sets(tmp_path):
     model.run(image(1, 32, 32))   # set up again, as good as new
     assert list(part.built) == [(1, 64, 64), (1, 32, 32)]
     with pytest.raises(autofusion.AutofusionError, match="size_cache=0"):
-        autofusion.compile(path, size_cache=0)
+        autofusion.compile(path, backend="native", size_cache=0)
 
 
 def test_an_empty_batch_runs_on_pytorch_kernels(tmp_path):
     path = CASES["cnn"][0](tmp_path / "cnn.onnx")
-    model = autofusion.compile(path)
+    model = autofusion.compile(path, backend="native")
     feed = image(0, 32, 32)
     assert model.run(feed)["y"].shape == (0, 10)
     (part,) = model.program.native.values()
