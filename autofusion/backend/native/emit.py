@@ -95,11 +95,19 @@ class PartitionSource:
         return self.ids[id(v)]
 
     def const(self, data: np.ndarray, name: str, key: Value | None = None) -> int:
-        """A constant copied into the partition at load: a model constant or one prepared here."""
+        """A constant the partition reads where the program holds it: a model constant or one
+        prepared here. A 2-D one given transposed (a linear layer's weight) is held as it is
+        stored, its axes' order declared (the runtime's reorder transposes it, once)."""
         slot = len(self.program.constants)
-        self.program.constants.append(np.ascontiguousarray(data, dtype=np.float32))
+        order = ()
+        if data.ndim == 2 and not data.flags.c_contiguous and data.T.flags.c_contiguous and data.dtype == np.float32:
+            held, order = data.T, (1, 0)
+        else:
+            held = np.ascontiguousarray(data, dtype=np.float32)
+        self.program.constants.append(held)
         k = self._new(key)
-        self.decls.append(Call("constant", (k, slot, dims(data.shape or (1,))), name))
+        self.decls.append(Call("constant", (k, slot, dims(data.shape or (1,)), *((dims(order),) if order else ())),
+                               name))
         return k
 
     def temp(self, shape: list, plain: bool = False, bf16: bool = False) -> int:

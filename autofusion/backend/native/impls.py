@@ -529,28 +529,39 @@ def _gemm_attrs(node: Node) -> tuple[bool, bool, float, float]:
         node.attr("alpha", 1.0), node.attr("beta", 1.0)
 
 
-def _linear_weights(node: Node) -> tuple[np.ndarray, np.ndarray | None] | None:
-    """(W [K, N], bias [N]) with alpha and beta folded in, when the node is a linear layer: a
-    constant 2-D B, no transposed A, and no bias or a constant one along the last axis."""
-    trans_a, trans_b, alpha, beta = _gemm_attrs(node)
+def _is_linear(node: Node) -> bool:
+    """Whether the node is a linear layer: a constant 2-D B, no transposed A, and no bias or a
+    constant one along the last axis (what the checks ask, without touching the weight)."""
+    trans_a, trans_b, _, _ = _gemm_attrs(node)
     b, c = node.inputs[1], node.input(2)
     if trans_a or b.const is None or b.rank != 2 or node.inputs[0].rank < 2:
+        return False
+    n = b.const.shape[0 if trans_b else 1]
+    return c is None or (c.const is not None and c.const.size in (1, n) and
+                         (c.const.size != n or c.const.shape[-1:] == (n,) or not c.const.ndim))
+
+
+def _linear_weights(node: Node) -> tuple[np.ndarray, np.ndarray | None] | None:
+    """(W [K, N], bias [N]) with alpha and beta folded in, when the node is a linear layer
+    (_is_linear); W is the model's own array where it needs no change (no copy of BERT's 85M
+    weights per compile)."""
+    if not _is_linear(node):
         return None
+    _, trans_b, alpha, beta = _gemm_attrs(node)
+    b, c = node.inputs[1], node.input(2)
     w = b.const.T if trans_b else b.const
     n = w.shape[1]
-    if c is not None and (c.const is None or c.const.size not in (1, n) or
-                          (c.const.size == n and c.const.shape[-1:] != (n,) and c.const.ndim)):
-        return None
     bias = None if c is None else np.broadcast_to(c.const.reshape(-1), (n,)) * np.float32(beta)
-    return np.ascontiguousarray(w * np.float32(alpha), np.float32), \
-        None if bias is None else bias.astype(np.float32)
+    w = w if alpha == 1.0 else w * np.float32(alpha)
+    # as it is stored, transposed or not: PartitionSource.const takes either without a copy
+    return w if w.dtype == np.float32 else w.astype(np.float32), None if bias is None else bias.astype(np.float32)
 
 
 def check_matmul(node: Node) -> str | None:
     why, r = dense(node, (0, 1, 2, 3)), node.input(3)
     if not why and r is not None and r.shape != node.outputs[0].shape:
         why = "the residual is not of the product's shape"
-    if why or _linear_weights(node) is not None:
+    if why or _is_linear(node):
         return why
     a, b, c = node.inputs[0], node.inputs[1], node.input(2)
     if a.rank < 2 or b.rank < 2:
@@ -674,7 +685,7 @@ def emit_onnx_layer_norm(node: Node, p: PartitionSource) -> None:
 def check_norm_matmul(node: Node) -> str | None:
     return first(dense(node), None if node.attr("norm") == "LayerNorm" else
                  f"{node.attr('norm')}: oneDNN 3.2 has no RMS normalization",
-                 None if _linear_weights(node) is not None else "not a linear layer",
+                 None if _is_linear(node) else "not a linear layer",
                  None if node.input(3) is None or node.input(3).shape == node.inputs[0].shape else
                  "the residual broadcasts")
 

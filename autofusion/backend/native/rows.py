@@ -15,7 +15,7 @@ from ...ir.builder import fused
 from ...ir.scalar import c_float
 from ...ir.symbolic import is_symbolic, product
 from .emit import PartitionSource, dims
-from .impls import _linear_weights, constant, dense, first, native, node_acts
+from .impls import _is_linear, _linear_weights, constant, dense, first, native, node_acts
 from .kernels import PARALLEL_ELEMENTS
 
 
@@ -85,7 +85,7 @@ def emit_rms_norm(node: Node, p: PartitionSource) -> None:
 def check_rms_norm_matmul(node: Node) -> str | None:
     if node.attr("norm") != "RMSNorm":
         return "a LayerNorm: the runtime's layer norm runs it"
-    return first(dense(node), None if _linear_weights(node) is not None else "not a linear layer",
+    return first(dense(node), None if _is_linear(node) else "not a linear layer",
                  None if node.input(3) is None or node.input(3).shape == node.inputs[0].shape else
                  "the residual broadcasts",
                  "its rows' length is symbolic: the generated pass reads a static one"

@@ -70,7 +70,9 @@ class Partition {
   // ---- values (id: an index the program picks; step: the node that makes or uses it)
   void input(int id, int slot, const Dims& shape);
   void output(int id, int slot, const Dims& shape);
-  void constant(int id, int slot, const Dims& shape);
+  // order: its axes in memory, outermost first, where the caller holds it permuted (empty:
+  // row-major)
+  void constant(int id, int slot, const Dims& shape, const Dims& order = {});
   // bf16_only: only products in bf16 read it (as operands): a step writing it dense writes bf16;
   // order: its axes in memory, outermost first, where a step writing it dense can store them so
   // (empty: row-major)

@@ -145,7 +145,7 @@ void make(Partition& p, const Call& c) {
   const std::string& m = c.method;
   if (m == "input") p.input(c.i(0), c.i(1), c.dims(2));
   else if (m == "output") p.output(c.i(0), c.i(1), c.dims(2));
-  else if (m == "constant") p.constant(c.i(0), c.i(1), c.dims(2));
+  else if (m == "constant") p.constant(c.i(0), c.i(1), c.dims(2), c.has(3) ? c.dims(3) : Dims{});
   else if (m == "value")
     p.value(c.i(0), c.dims(1), c.i(2), c.i(3), layout(c.name(4)), c.flag(5), c.has(6) ? c.dims(6) : Dims{});
   else if (m == "node") {

@@ -983,7 +983,9 @@ struct Partition::Impl {
     Val& c = val(id);
     if (c.kind != Kind::Constant) fail("value " + std::to_string(id) + " must be a constant");
     auto make = [&] {
-      memory src(c.owned.get_desc().reshape(md.get_dims()), eng, c.owned.get_data_handle());
+      memory::desc given = c.owned.get_desc();   // its dims as the step counts them ([C] as [1, C])
+      if (given.get_dims() != md.get_dims()) given = given.reshape(md.get_dims());
+      memory src(given, eng, c.owned.get_data_handle());
       memory out(md, eng);
       dnnl::reorder(src, out).execute(strm, src, out);
       strm.wait();
@@ -1187,8 +1189,13 @@ void Partition::output(int id, int slot, const Dims& shape) {
   if (int(impl_->output_mems.size()) <= slot) impl_->output_mems.resize(slot + 1);
 }
 
-void Partition::constant(int id, int slot, const Dims& shape) {
+void Partition::constant(int id, int slot, const Dims& shape, const Dims& order) {
   Val& v = impl_->declare(id, Kind::Constant, slot, shape);
+  if (!order.empty()) {   // stored with its axes in `order` (a weight given transposed)
+    Dims stored(order.size());
+    for (size_t i = 0; i < stored.size(); ++i) stored[i] = shape[order[i]];
+    v.md = plain(stored).permute_axes(std::vector<int>(order.begin(), order.end()));
+  }
   // the caller's array, read in place (no step writes a constant)
   v.owned = memory(v.md, impl_->eng, const_cast<void*>(impl_->constants[slot]));
 }
