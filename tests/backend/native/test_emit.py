@@ -69,3 +69,19 @@ def test_a_residual_is_the_linear_calls_last_argument():
 def test_float_literals():
     assert [c_float(x) for x in (1.0, 1 / 6, float("inf"), -float("inf"))] == \
         ["1.0f", "0.1666666716337204f", "af::inf", "(-af::inf)"]
+
+
+def test_a_weight_given_transposed_is_held_as_it_is_stored():
+    """Gemm(transB=1)'s [N, K] weight: the program holds the model's own array, declared [K, N]
+    with its axes in order (1, 0) — no transposed copy at compile (the runtime's reorder does it)."""
+    g = Graph("gemm", {"": 21})
+    x = g.add_input("x", (2, 16), DType.FLOAT)
+    op = GraphBuilder(g)
+    w = np.arange(8 * 16, dtype=np.float32).reshape(8, 16)
+    y = op.Gemm(x, op.constant(w, "w"), transB=1)
+    y.shape, y.dtype = (2, 8), DType.FLOAT
+    g.outputs = [y]
+    (program,) = emit_model(lower(g, "native"), "gemm").programs.values()
+    (held,) = program.constants
+    assert np.shares_memory(held, g.constants["w"].const) and held.shape == (8, 16)
+    assert "p.constant(2, 0, {16, 8}, {1, 0});   // w" in program.text()

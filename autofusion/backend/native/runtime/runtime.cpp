@@ -420,7 +420,7 @@ struct Partition::Impl {
   // per slot: every memory over the caller's buffer, with its offset into it
   std::vector<std::vector<std::pair<memory, size_t>>> input_mems, output_mems;
   std::vector<int64_t> input_elems;   // per input slot, its float32 elements
-  std::vector<char, std::allocator<char>> arena_storage;
+  std::unique_ptr<char[]> arena_storage;   // not zeroed: every step writes what it reads
   char* arena = nullptr;
   size_t arena_size = 0;
   memory scratch;
@@ -1037,8 +1037,8 @@ struct Partition::Impl {
       arena_size = std::max(arena_size, at + size);
       placed.push_back(id);
     }
-    arena_storage.assign(arena_size + 64, 0);
-    arena = reinterpret_cast<char*>(align_up(reinterpret_cast<size_t>(arena_storage.data())));
+    arena_storage.reset(new char[arena_size + 64]);
+    arena = reinterpret_cast<char*>(align_up(reinterpret_cast<size_t>(arena_storage.get())));
     scratch = memory(memory::desc({int64_t(std::max<size_t>(scratch_size, 1))}, dt::u8, tag::a),
                      eng);
     for (auto& e : execs) {
