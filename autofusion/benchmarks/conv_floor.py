@@ -38,7 +38,7 @@ flags and oneDNN) and runs it with the given threads:
                       (kernels.py's unrolled loop): no oneDNN, only the runtime's lanes.h
     layout_cost       ResNet-50's 52 convolutions (the stem left out), bf16 and f32, with the
                       activations channels-last (nhwc, as the runtime's convolutions run) against
-                      blocked by 16 channels (nChw16c): the same speed either way (session 20)
+                      blocked by 16 channels (nChw16c): the same speed either way (2026-12-04-per-layer-openvino)
     residual_cost     ResNet-50's bottleneck ends (1x1 + residual + ReLU) with the residual as a
                       binary add post-op into a new buffer against a sum post-op over the
                       residual's own: equal in cache (both warm here); in a network the sum

@@ -5,7 +5,7 @@ the protobuf fields (dimensions, element types, initializer data, attribute valu
 node inputs and outputs, op types, domains, opsets, graph inputs and outputs, node order) and
 over the bytes (truncated, bit-flipped, overwritten, inserted, deleted). Each case runs in a
 worker process (fuzz_cases.py) so that a native crash or a hang fails the case instead of the
-test session: it must end in an AutofusionError that names the file, a node, an input or an
+test run: it must end in an AutofusionError that names the file, a node, an input or an
 output, or compile and give ONNX Runtime's outputs (within 1e-4 of their largest magnitude)
 wherever ONNX Runtime runs the model too.
 

@@ -4,7 +4,7 @@ Why: after the process idles (a server between requests, a benchmark between blo
 parallel region wakes a sleeping worker, and Linux may start it on the CPU the caller's thread is
 running on; the two share that CPU until load balancing moves one, some scheduler ticks later.
 On a 2-vCPU machine elementwise-8's 0.25 ms kernel took 5.4 and 4.2 ms on its first two calls
-after a 0.2 s pause; with the worker pinned, 0.39 and 0.26 ms (BENCHMARKS.md, "Session 21").
+after a 0.2 s pause; with the worker pinned, 0.39 and 0.26 ms (BENCHMARKS.md, "2026-12-05-pinned-workers").
 
 When: only where the team has a thread for every core the process may run on (it uses them all
 anyway, so pinning takes nothing from anyone), never where the user chose a binding

@@ -3,7 +3,7 @@
 // over the result (runtime/gated.h, what the runtime runs), for the depthwise ones a separate
 // swish eltwise too; BERT-Base's and ViT-B's MLP expansion (a matrix product of 768 to 3072 with
 // a bias) with each GELU as a post-op, without, and without + the runtime's tanh-GELU; in bf16
-// and fp32. Measured at one thread (BENCHMARKS.md, session 7): oneDNN's swish takes ~0.7-1 ns a
+// and fp32. Measured at one thread (BENCHMARKS.md, 2026-12-01-se-gate-bf16): oneDNN's swish takes ~0.7-1 ns a
 // value, about twice the depthwise convolution itself and three times the 1x1's (24->144 at
 // 190x190: 6.4 ms with it, 1.24 ms without). Built and run by
 // `python -m autofusion.benchmarks.conv_floor --program activation_cost`.

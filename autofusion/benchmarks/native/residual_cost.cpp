@@ -2,8 +2,8 @@
 // residual from its own buffer into a new result (what the runtime runs) against a sum post-op
 // accumulating into the residual's buffer in place. ResNet-50's bottleneck expansions (1x1,
 // with the ReLU after the add) and EfficientNet-B4's projections, bf16 and fp32; the two
-// results are checked equal. Every buffer is warm here, and the two run equally fast (session
-// 18): what the sum saves in a network is the cache room of one buffer. Built and run by
+// results are checked equal. Every buffer is warm here, and the two run equally fast
+// (benchmarks/results/2026-12-04-in-place-residual.md): what the sum saves in a network is the cache room of one buffer. Built and run by
 // `python -m autofusion.benchmarks.conv_floor --program residual_cost`.
 #include <oneapi/dnnl/dnnl.hpp>
 #include <omp.h>

@@ -1275,7 +1275,7 @@ void Partition::conv(int dst, int src, int w, int b, int residual, const Dims& s
   // over the residual (the plan says this step reads it last): a sum post-op, which adds the
   // residual where the result goes instead of reading it from one buffer and writing another.
   // The kernel is as fast either way in cache (--program residual_cost); in a network one buffer
-  // fewer passes through it (ResNet-50 bf16: 1.5-3% a run, BENCHMARKS.md session 18)
+  // fewer passes through it (ResNet-50 bf16: 1.5-3% a run, BENCHMARKS.md 2026-12-04-in-place-residual)
   const bool over_residual = in_place && residual >= 0 && m.md_of(residual) == pd.dst_desc() &&
                              m.root(residual) != m.root(src);
   if (over_residual) {
