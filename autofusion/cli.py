@@ -9,12 +9,7 @@ import numpy as np
 
 from . import progress
 from .errors import AutofusionError
-
-
-def random_inputs(graph, dims: dict[str, int] | None = None, seed: int = 0) -> dict[str, np.ndarray]:
-    """Random inputs matching the graph's inputs (backend/precision.py random_feeds)."""
-    from .backend.precision import random_feeds
-    return random_feeds(graph, dims, seed)
+from .ir.feeds import random_feeds
 
 
 def _load_inputs(path: str) -> dict[str, np.ndarray]:
@@ -61,7 +56,7 @@ def _feeds(args, graph) -> tuple[dict[str, np.ndarray], list[str]]:
     if args.inputs:
         return _load_inputs(args.inputs), []
     dims = _parse_dims(args.dim)
-    return random_inputs(graph, dims, args.seed), defaulted_dims(graph, dims)
+    return random_feeds(graph, dims, args.seed), defaulted_dims(graph, dims)
 
 
 def cmd_run(args) -> int:
@@ -106,7 +101,7 @@ def cmd_compile(args) -> int:
     model = _compile(args)
     if args.measure:
         from .measure import measure_speedup
-        feeds = random_inputs(model.graph, _parse_dims(args.dim), args.seed)
+        feeds = random_feeds(model.graph, _parse_dims(args.dim), args.seed)
         unfused = _compile(args, level=0)
         with progress.step("measuring fused against level 0"):
             model.report.measured = measure_speedup(unfused, model, feeds)

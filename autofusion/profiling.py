@@ -28,6 +28,7 @@ from typing import Any
 from .backend import CompiledModel, Plan, Program
 from .backend.executor import StepTimes
 from .errors import AutofusionError
+from .ir.feeds import random_feeds
 
 BOUNDARIES = "native partition calls outside their steps (inputs checked, outputs made, the C call)"
 OUTSIDE = "outside the nodes (inputs bound, the generated code's own lines, outputs converted)"
@@ -82,8 +83,7 @@ def profile(model: CompiledModel, feeds: Mapping[str, Any] | None = None, runs: 
         raise AutofusionError(f"a profile needs at least one run and blocks of one (runs={runs}, "
                               f"block={block})")
     if feeds is None:
-        from .cli import random_inputs
-        feeds = random_inputs(model.graph)
+        feeds = random_feeds(model.graph)
     for _ in range(warmup):
         model.run(feeds)
     program = model.program_for_inputs(feeds)   # the one the runs take (made by the warm-up)

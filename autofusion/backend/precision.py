@@ -24,6 +24,7 @@ import torch
 
 from ..errors import AutofusionError
 from ..ir import FUSED_DOMAIN, DType, Graph, Node, Value
+from ..ir.feeds import random_feeds
 from ..ir.fused_ops import decompose
 from .executor import evaluate_node
 from .lower import Plan, bf16_operands
@@ -78,29 +79,6 @@ def resolve(requested: str, native: bool = True) -> Precision:
 
 
 # ---- calibration -----------------------------------------------------------------------------
-
-def random_feeds(graph: Graph, dims: dict[str, int] | None = None, seed: int = 0) -> dict[str, np.ndarray]:
-    """Random inputs matching the graph's inputs; symbolic dims from `dims` (default 1).
-
-    Floats are standard normal; integers are 0 or 1 and booleans random, so index-like inputs
-    (token ids, type ids, masks) stay in range for any embedding table.
-    """
-    rng = np.random.default_rng(seed)
-    dims = dims or {}
-    feeds = {}
-    for v in graph.inputs:
-        if v.shape is None:
-            raise AutofusionError(f"input {v.name!r} has unknown rank: give real inputs (--inputs)")
-        shape = tuple(d if isinstance(d, int) else dims.get(str(d), 1) for d in v.shape)
-        dt = v.dtype or DType.FLOAT
-        if dt.is_float:
-            feeds[v.name] = rng.standard_normal(shape).astype(dt.numpy)
-        elif dt == DType.BOOL:
-            feeds[v.name] = rng.random(shape) < 0.5
-        else:
-            feeds[v.name] = rng.integers(0, 2, shape).astype(dt.numpy)
-    return feeds
-
 
 def calibration_feeds(graph: Graph, calibration) -> dict[str, np.ndarray]:
     """The calibration inputs: random (None), a dict by input name, or an .npz file."""

@@ -24,7 +24,7 @@ import torch
 
 import autofusion
 from autofusion.backend.native import library
-from autofusion.cli import random_inputs
+from autofusion.ir.feeds import random_feeds
 
 from .cli import pin_threads
 
@@ -60,7 +60,7 @@ def main(argv=None) -> None:
     if part.symbols:
         raise SystemExit(f"{args.model}: its sizes {part.symbols} are symbolic; this compares a static "
                          "model's call with its C call")
-    feeds = random_inputs(model.graph)
+    feeds = random_feeds(model.graph)
     xs = [torch.from_numpy(feeds[n]) for n in model.input_names]
     outs = [torch.empty(s) for s in built.out_shapes]
     ins = (library._c * len(xs))(*[x.data_ptr() for x in xs])

@@ -27,7 +27,7 @@ import numpy as np
 import onnx
 
 import autofusion
-from autofusion.cli import random_inputs
+from autofusion.ir.feeds import random_feeds
 
 from .cli import pin_threads
 
@@ -185,7 +185,7 @@ def main(argv=None) -> None:
     proto = onnx.load(args.model, load_external_data=False)
     anchors, owner = anchors_of(proto)
     model = autofusion.compile(args.model, level=2, precision=args.precision, threads=args.threads)
-    feeds = {k: np.asarray(v) for k, v in random_inputs(model.graph).items()}
+    feeds = {k: np.asarray(v) for k, v in random_feeds(model.graph).items()}
     compiled, request, origins = openvino_request(args.model, args.precision, args.threads)
     ours, theirs = Side(), Side()
     for _ in range(args.rounds):

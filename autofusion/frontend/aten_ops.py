@@ -19,14 +19,17 @@ from __future__ import annotations
 import math
 import operator
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 import torch
 from torch import fx
 
 from ..ir import Value
-from .fx_import import INT64_MAX, FxImporter, Lowering, Unmapped, bind, dtype_of, ir_dim, meta_of
+from .fx_values import INT64_MAX, Lowering, Unmapped, bind, dtype_of, ir_dim, meta_of
+
+if TYPE_CHECKING:
+    from .fx_import import FxImporter
 
 aten = torch.ops.aten
 LOWERINGS: dict[Any, Lowering] = {}

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import operator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import sympy
@@ -30,22 +30,16 @@ import torch
 from torch import fx
 
 from ..errors import GraphError
-from ..ir import DType, Graph, GraphBuilder, Value
+from ..ir import DType, Graph, GraphBuilder, Value, symbolic
 from ..ir.torch_call import TORCH_DOMAIN
-from ..ir import symbolic
+from . import aten_ops
 from .fx_trace import UnsupportedGraphError
-
-TORCH_TO_DTYPE = {
-    torch.float32: DType.FLOAT, torch.float64: DType.DOUBLE, torch.float16: DType.FLOAT16,
-    torch.bfloat16: DType.BFLOAT16, torch.int8: DType.INT8, torch.int16: DType.INT16,
-    torch.int32: DType.INT32, torch.int64: DType.INT64, torch.uint8: DType.UINT8,
-    torch.bool: DType.BOOL, torch.complex64: DType.COMPLEX64, torch.complex128: DType.COMPLEX128,
-}
-INT64_MAX = 2**63 - 1
+from .fx_values import Unmapped, constant_array, dtype_of, ir_dim, is_tensor, meta_of, sym_expr
 
 
-class Unmapped(Exception):
-    """A lowering refuses a node; it then runs as a TorchCall, and this is the reason given."""
+
+
+
 
 
 @dataclass
@@ -66,78 +60,11 @@ class FxImport:
     fallbacks: list[Fallback] = field(default_factory=list)
 
 
-def dtype_of(t: torch.dtype, where: str) -> DType:
-    if t not in TORCH_TO_DTYPE:
-        raise UnsupportedGraphError(f"{where}: element type {t} has no IR type")
-    return TORCH_TO_DTYPE[t]
-
-
-def ir_dim(d):
-    """A size as an IR dim: an int, a symbol ("s0"), a size computed from symbols (s0 + 1, 2·s1,
-    s0 // 2: ir/symbolic.py), or the expression's text where it is none of those."""
-    if isinstance(d, int):
-        return d
-    expr = sym_expr(d)
-    if expr.is_number:
-        return int(expr)
-    dim = _dim_of(expr)
-    return str(expr) if dim is None else dim
-
-
-def _dim_of(expr: sympy.Expr):
-    """A sympy size expression as an IR dim, or None where it is not one symbolic.py computes."""
-    if expr.is_Integer:
-        return int(expr)
-    if expr.is_Symbol:
-        return str(expr)
-    args = [_dim_of(a) for a in expr.args]
-    if any(a is None for a in args):
-        return None
-    kind = type(expr).__name__
-    if isinstance(expr, sympy.Add):
-        return symbolic.add(*args)
-    if isinstance(expr, sympy.Mul):
-        return symbolic.product(args)
-    if kind in ("FloorDiv", "CeilDiv") and isinstance(args[1], int) and args[1] > 0:
-        return (symbolic.floordiv if kind == "FloorDiv" else symbolic.ceildiv)(args[0], args[1])
-    if isinstance(expr, (sympy.Max, sympy.Min)) or kind in ("Max", "Min"):
-        return (symbolic.maximum if kind == "Max" else symbolic.minimum)(*args)
-    return None
-
-
-def sym_expr(d) -> sympy.Expr:
-    if isinstance(d, int):
-        return sympy.Integer(d)
-    node = d.node
-    expr = node.expr
-    shape_env = getattr(node, "shape_env", None)
-    return shape_env.replace(expr) if shape_env is not None else expr
-
-
-def is_tensor(x) -> bool:
-    return isinstance(x, torch.Tensor)
-
-
-def meta_of(x):
-    """What the trace recorded for an FX node (a fake tensor, a SymInt, a tuple), else x itself."""
-    return x.meta.get("val") if isinstance(x, fx.Node) else x
-
-
-def constant_array(t: torch.Tensor) -> tuple[np.ndarray, DType]:
-    """A frozen tensor's data, copied (later writes to the parameter do not reach it)."""
-    dtype = dtype_of(t.dtype, "constant")
-    t = t.detach().cpu()
-    if t.dtype == torch.bfloat16:
-        return t.float().numpy().copy(), dtype
-    return t.contiguous().numpy().copy(), dtype
-
-
 class FxImporter:
     """One import: the graph being written and the value of each FX node in it."""
 
     def __init__(self, gm: fx.GraphModule, constants: dict[int, torch.Tensor],
                  names: Sequence[str] | None, graph_name: str):
-        from . import aten_ops   # the lowering table (imports this module for its helpers)
         self.lowerings, self.patterns = aten_ops.LOWERINGS, aten_ops.PATTERNS
         self.gm, self.constants = gm, constants
         self.names = list(names) if names is not None else None
@@ -438,22 +365,3 @@ def import_fx(gm: fx.GraphModule, constants: dict[int, torch.Tensor] | None = No
     result = FxImporter(gm, constants or {}, names, graph_name).run()
     result.graph.verify()
     return result
-
-
-def bind(node: fx.Node) -> dict[str, Any]:
-    """The node's arguments by schema name, defaults filled in."""
-    schema = node.target._schema
-    bound = {}
-    for i, arg in enumerate(schema.arguments):
-        if i < len(node.args) and not arg.kwarg_only:
-            bound[arg.name] = node.args[i]
-        elif arg.name in node.kwargs:
-            bound[arg.name] = node.kwargs[arg.name]
-        elif arg.has_default_value():
-            bound[arg.name] = arg.default_value
-        else:
-            bound[arg.name] = None
-    return bound
-
-
-Lowering = Callable[[FxImporter, fx.Node], Any]
