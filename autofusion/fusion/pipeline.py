@@ -20,7 +20,7 @@ from ..ir import Graph
 from ..ir.control_flow import bodies
 from ..passes import (Evaluator, batch_norms_as_affine, close_over_constants, eliminate_common_subexpressions, eliminate_dead_code,
                       fold_constants, fold_static_shapes, inline_constant_ifs, read_shapes_upstream,
-                      refine_shapes, resolve_cast_like, widen_float16)
+                      refine_shapes, resolve_cast_like, shapes_from_inputs, widen_float16)
 from .cost import seconds
 from .regions import MAX_INPUTS, MAX_NODES, NAME as AUTO_FUSION, fuse_regions, plan_regions
 from .report import FusionReport, NearMissReport, NotFusedReport, RegionReport, RuleReport
@@ -42,6 +42,7 @@ def cleanup(graph: Graph, evaluate: Evaluator | None, counts: dict[str, int]) ->
                           ("shapes refined", refine_shapes),
                           ("If with a constant condition inlined", inline_constant_ifs),
                           ("Shape reads moved upstream", read_shapes_upstream),
+                          ("Shapes computed from the inputs'", shapes_from_inputs),
                           ("duplicates merged", eliminate_common_subexpressions),
                           ("unused nodes and constants removed", eliminate_dead_code)):
             if run is None:

@@ -10,7 +10,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ..ir import Graph, Node, OpClass, Value, lookup, shape_value
+from ..ir import DType, Graph, GraphBuilder, Node, OpClass, Value, lookup, shape_value
+from ..ir.symbolic import is_size, symbols
 
 # Evaluates one node on constant inputs: (node, input arrays, None for omitted) -> output arrays.
 Evaluator = Callable[[Node, Sequence["np.ndarray | None"]], Sequence[np.ndarray]]
@@ -170,6 +171,76 @@ def read_shapes_upstream(graph: Graph) -> int:
             graph.set_input(node, 0, source)
             moved += 1
     return moved
+
+
+def shapes_from_inputs(graph: Graph) -> int:
+    """Shape(y) of an intermediate y whose dims are all known from the graph inputs' symbols
+    becomes those dims computed from the inputs' Shapes (`(h + 1) // 2` as Div(Add(h, 1), 2)
+    over Shape(x)[2]), so y keeps only the users that read its values: a fusion that removes y
+    (a reshape pair around a product, a GELU after it) is not blocked by the Shape a dynamic-axes
+    export reads of it. Dims already an input's are read off that input; none where y is an input."""
+    sources: dict[str, tuple[Value, int]] = {}
+    for v in graph.inputs:
+        for axis, d in enumerate(v.shape or ()):
+            if isinstance(d, str):
+                sources.setdefault(d, (v, axis))
+    inputs = set(map(id, graph.inputs))
+    rewritten = 0
+    for node in graph.nodes:
+        if node.domain or node.op_type != "Shape":
+            continue
+        y = node.inputs[0]
+        if id(y) in inputs or y.shape is None:
+            continue
+        start, end = node.attr("start", 0), node.attr("end")
+        dims = list(y.shape[start:end])
+        if not all(is_size(d) and symbols(d) <= sources.keys() for d in dims):
+            continue
+        if not dims:
+            continue   # an empty Shape folds as a static one
+        op = GraphBuilder(graph, node.name)
+        parts = [_dim_value(op, graph, d, sources) for d in dims]
+        made = parts[0] if len(parts) == 1 else op.Concat(*parts, axis=0)
+        made.shape, made.dtype = (len(dims),), DType.INT64
+        graph.replace_all_uses(node.outputs[0], made)
+        graph.remove(node)
+        rewritten += 1
+    return rewritten
+
+
+def _dim_value(op: GraphBuilder, graph: Graph, d, sources: dict[str, tuple[Value, int]]) -> Value:
+    """A [1] int64 value holding the size d: an int, a graph input's dim, or computed from those."""
+    def typed(v: Value) -> Value:
+        v.shape, v.dtype = (1,), DType.INT64
+        return v
+    if isinstance(d, int):
+        return graph.add_constant(graph.fresh_name("dim"), np.array([d], np.int64))
+    if isinstance(d, str):
+        v, axis = sources[d]
+        return typed(op.Shape(v, start=axis, end=axis + 1))
+    total = None
+    for monomial, coefficient in d.terms:
+        term = None
+        for atom in monomial:
+            factor = _atom_value(op, graph, atom, sources)
+            term = factor if term is None else typed(op.Mul(term, factor))
+        c = graph.add_constant(graph.fresh_name("dim"), np.array([coefficient], np.int64))
+        term = c if term is None else (term if coefficient == 1 else typed(op.Mul(term, c)))
+        total = term if total is None else typed(op.Add(total, term))
+    return total
+
+
+def _atom_value(op: GraphBuilder, graph: Graph, atom, sources) -> Value:
+    if isinstance(atom, str):
+        return _dim_value(op, graph, atom, sources)
+    kind, *args = atom
+    if kind == "//":
+        k = graph.add_constant(graph.fresh_name("dim"), np.array([args[1]], np.int64))
+        out = op.Div(_dim_value(op, graph, args[0], sources), k)   # sizes: truncation is the floor
+    else:
+        out = getattr(op, "Max" if kind == "max" else "Min")(*(_dim_value(op, graph, a, sources) for a in args))
+    out.shape, out.dtype = (1,), DType.INT64
+    return out
 
 
 def resolve_cast_like(graph: Graph) -> int:

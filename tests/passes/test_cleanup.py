@@ -16,7 +16,8 @@ from autofusion.ir.dims import inferred_dim
 from autofusion.ir.symbolic import add, floordiv, mul
 from autofusion.passes import cleanup
 from autofusion.passes import (eliminate_common_subexpressions, eliminate_dead_code, fold_constants,
-                               fold_static_shapes, read_shapes_upstream)
+                               fold_static_shapes, read_shapes_upstream, refine_shapes,
+                               shapes_from_inputs)
 
 from ..fusion.rules.harness import onnx_model
 
@@ -115,6 +116,29 @@ def test_shape_reads_move_to_the_first_value_of_that_shape():
     assert [user.op_type for user, _ in norm.outputs[0].uses] == ["Reshape"]
     assert read_shapes_upstream(graph) == 0
     assert_same_as_original(model, graph)
+
+
+def test_the_shape_of_an_intermediate_is_computed_from_the_inputs_shapes():
+    """Shape(p), p = MaxPool(x) of x: [b, 4, h], is [4, h // 2] from Shape(x): p is no longer
+    read for its shape, only for its values."""
+    nodes = [node("MaxPool", ["x"], ["p"], kernel_shape=[2], strides=[2]),
+             node("Shape", ["p"], ["s"], start=1), node("Cast", ["s"], ["y"], to=1)]
+    model = onnx_model(nodes, {"x": ("b", 4, "h")}, ["y", "p"])
+    graph = import_onnx(model)
+    refine_shapes(graph)
+    assert shapes_from_inputs(graph) == 1
+    [pool] = [n for n in graph.nodes if n.op_type == "MaxPool"]
+    assert pool.outputs[0].uses == []
+    assert {n.inputs[0].name for n in graph.nodes if n.op_type == "Shape"} == {"x"}
+    assert "Div" in [n.op_type for n in graph.nodes]
+    assert shapes_from_inputs(graph) == 0
+    assert_same_as_original(model, graph)
+
+
+def test_a_shape_with_a_dim_no_input_names_stays():
+    nodes = [node("NonZero", ["x"], ["i"]), node("Shape", ["i"], ["s"]), node("Cast", ["s"], ["y"], to=1)]
+    graph = import_onnx(onnx_model(nodes, {"x": ("n", 3)}, ["y"]))
+    assert shapes_from_inputs(graph) == 0
 
 
 # ---- common subexpressions --------------------------------------------------------------------

@@ -213,6 +213,47 @@ def emit_spatial_mean(node: Node, p: PartitionSource) -> None:
            dims(ones), dims(ones), dims(zeros), dims(zeros))
 
 
+REDUCTIONS = {"ReduceMean": "Reduce::Mean", "ReduceSum": "Reduce::Sum", "ReduceMax": "Reduce::Max",
+              "ReduceMin": "Reduce::Min", "ReduceProd": "Reduce::Prod"}
+
+
+def _reduced(node: Node) -> tuple[list[int], list] | None:
+    """(the reduced axes, the input's shape with them 1), or None where they are not known."""
+    try:
+        axes = reduced_axes(node)
+    except LayoutError:
+        return None
+    return axes, [1 if i in axes else d for i, d in enumerate(node.inputs[0].shape)]
+
+
+def check_reduce(node: Node) -> str | None:
+    why = dense(node, (0,))
+    if why:
+        return why
+    reduced = _reduced(node)
+    if reduced is None:
+        return "its axes are computed at run time, or it reduces none"
+    shape = node.inputs[0].shape
+    run = [i for i in range(len(shape)) if i in reduced[0] and shape[i] != 1]
+    if run and any(shape[i] != 1 for i in range(run[0], run[-1] + 1) if i not in run):
+        return "its axes are not one run (the runtime's loop reduces one; oneDNN's would be its reference kernel)"
+    return None
+
+
+@native(*REDUCTIONS, check=check_reduce, tensors=(0,), name="reduction")
+def emit_reduce(node: Node, p: PartitionSource) -> None:
+    """The runtime's reduction over one run of axes, row-major (runtime/reduce.h): the result
+    with the axes kept as 1, a view dropping them where keepdims=0."""
+    _, kept = _reduced(node)
+    op = p.name(REDUCTIONS[node.op_type])
+    if node.attr("keepdims", 1):
+        p.call("reduce", p.out(node), p.ref(node.inputs[0]), op)
+        return
+    reduced = p.temp(kept, plain=True)
+    p.call("reduce", reduced, p.ref(node.inputs[0]), op)
+    p.call("reshape", p.out(node), reduced)
+
+
 # A squeeze-excitation's mean of a SiLU's result (EfficientNet's): the runtime computes the SiLU
 # itself, after the convolution, and its loop sums each channel as it writes; the mean costs no
 # pass over the result of its own. The activations the runtime computes itself, last in a step:

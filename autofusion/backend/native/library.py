@@ -120,6 +120,7 @@ class NativePartition:
         self.shared = library.lib.af_constants()
         weakref.finalize(self, library.lib.af_constants_free, self.shared)
         self.built: OrderedDict[tuple, BuiltPartition] = OrderedDict()
+        self._building = threading.Lock()   # callers with new sizes at once: one builds, none twice
         self.last: BuiltPartition | None = None
         self.last_sizes: dict[str, int] = {}
         if not self.symbols:
@@ -141,17 +142,18 @@ class NativePartition:
     def for_sizes(self, key: tuple[int, ...]) -> "BuiltPartition":
         """The partition built for these values of self.symbols: made on first use (no compiler
         runs), the most recent `cache` kept."""
-        built = self.built.get(key)
-        if built is None:
-            if self.encoded.too_small(key):
-                raise SizesOutOfReach(f"sizes {dict(zip(self.symbols, key))} make an empty tensor")
-            built = BuiltPartition(self.library, self.program, self.encoded, self.table, self.node_list,
-                                   key, self.shared)
-            self.built[key] = built
-            if len(self.built) > self.cache:
-                self.built.popitem(last=False)
-        else:
-            self.built.move_to_end(key)
+        with self._building:
+            built = self.built.get(key)
+            if built is None:
+                if self.encoded.too_small(key):
+                    raise SizesOutOfReach(f"sizes {dict(zip(self.symbols, key))} make an empty tensor")
+                built = BuiltPartition(self.library, self.program, self.encoded, self.table, self.node_list,
+                                       key, self.shared)
+                self.built[key] = built
+                if len(self.built) > self.cache:
+                    self.built.popitem(last=False)
+            else:
+                self.built.move_to_end(key)
         if built is not self.last:
             self.last, self.last_sizes = built, dict(zip(self.symbols, key))
             if self.on_built is not None:

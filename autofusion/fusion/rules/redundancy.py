@@ -12,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir import DType, Node
+from ...ir.dims import shape_value
+from ...ir.symbolic import is_size
 from ..pattern import attr_value
 from ..rule import Rule, describe
 
@@ -67,8 +69,10 @@ def reshape_target(m) -> list[int] | None:
 def reshape_reshape_check(m):
     second = m.node("second")
     if m.shape.const is None and not attr_value(second, "allowzero"):
-        return (f"{describe(second)}: its shape {m.shape.name!r} is computed at run time and may "
-                "copy dims (0) of the intermediate")
+        computed = shape_value(m.shape)   # read off Shapes: its 0s are known
+        if computed is None or 0 in computed:
+            return (f"{describe(second)}: its shape {m.shape.name!r} is computed at run time and may "
+                    "copy dims (0) of the intermediate")
     if m.shape.const is not None and reshape_target(m) is None:
         return f"{describe(second)}: copies dims (0) of an intermediate shape that is not static"
     return None
@@ -104,7 +108,8 @@ def reshape(op, x, shape):
 
 
 def is_no_op(m) -> bool:
-    """A Cast to the type the value has, a Reshape to the static shape it has; not an Identity
+    """A Cast to the type the value has, a Reshape to the shape it has (static, or symbolic and
+    equal); not an Identity
     that only names a graph output after an input, a constant or another output (removing it
     would need that Identity again)."""
     node, x, y = m.node("noop"), m.x, m.root.outputs[0]
@@ -113,8 +118,8 @@ def is_no_op(m) -> bool:
         if x.dtype is None or x.dtype != to:
             return False
     if node.op_type == "Reshape" and (x.shape is None or x.shape != y.shape or
-                                      not all(isinstance(d, int) for d in x.shape)):
-        return False
+                                      not all(is_size(d) for d in x.shape)):
+        return False   # a symbolic shape equal to the target's: the same sizes whatever they are
     outputs = node.graph.outputs
     return not (any(o is y for o in outputs) and (x.producer is None or any(o is x for o in outputs)))
 

@@ -3,6 +3,7 @@ Identity / inference Dropout / same-type Cast removed; graph outputs keep their 
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 import torch
 from onnx import helper
@@ -89,12 +90,23 @@ def test_reshapes_keep_the_last_and_spell_out_copied_dims():
     assert_same_outputs(model, level=1, rtol=0)
 
 
-def test_reshape_to_a_computed_shape_is_a_near_miss():
+def test_reshape_to_a_shape_read_off_a_shape_op_keeps_the_last():
+    # Shape(z) holds no 0 (its symbols are sizes): the second Reshape copies nothing of the first's
     nodes = [node("Reshape", ["x", "s1"], ["a"]), node("Shape", ["z"], ["s2"]),
              node("Reshape", ["a", "s2"], ["y"])]
     model = onnx_model(nodes, {"x": (2, 3, 4), "z": ("n", 12)}, ["y"], {"s1": np.array([6, 4])})
     graph, report = fuse(model, level=1)
-    assert ops(graph) == ["Reshape", "Shape", "Reshape"]
+    assert ops(graph) == ["Shape", "Reshape"]
+    assert matched(report, "ReshapeReshapeFusionOp") == 1
+    assert_same_outputs(model, level=1, rtol=0)   # (n given 2)
+
+
+def test_reshape_to_a_shape_given_at_run_time_is_a_near_miss():
+    nodes = [node("Reshape", ["x", "s1"], ["a"]), node("Reshape", ["a", "s2"], ["y"])]
+    model = onnx_model(nodes, {"x": (2, 3, 4), "s2": (2,)}, ["y"], {"s1": np.array([6, 4])})
+    model.graph.input[1].type.tensor_type.elem_type = onnx.TensorProto.INT64
+    graph, report = fuse(model, level=1)
+    assert ops(graph) == ["Reshape", "Reshape"]
     [miss] = report.near_misses
     assert miss.reason == ("Reshape 'y': its shape 's2' is computed at run time and may copy dims (0) "
                            "of the intermediate")

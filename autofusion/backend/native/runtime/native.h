@@ -56,6 +56,9 @@ enum class Bin { AF_BINS(AF_ENUMERATOR) };
 #define AF_POOLS(X) X(Max) X(AvgIncludePad) X(AvgExcludePad)
 enum class Pool { AF_POOLS(AF_ENUMERATOR) };
 
+#define AF_REDUCES(X) X(Mean) X(Sum) X(Max) X(Min) X(Prod)
+enum class Reduce { AF_REDUCES(AF_ENUMERATOR) };
+
 // a partition's constants laid out as its steps want them, shared by its builds (runtime.cpp)
 struct Constants;
 
@@ -111,6 +114,9 @@ class Partition {
               const Acts& acts, int residual = -1);
   void concat(int dst, const std::vector<int>& srcs, int axis);
   void softmax(int dst, int src, int axis, bool log);
+  // src reduced over the axes where dst's size is 1: one run of them the runtime's own loop
+  // (reduce.h), row-major; others oneDNN's reduction
+  void reduce(int dst, int src, Reduce op);
   // layer norm over the axes from `axis` on of (src + residual); scale/bias constants or -1; the
   // runtime's own row loop where dst is dense (layernorm.h), else oneDNN's
   void layer_norm(int dst, int src, int scale, int bias, int residual, int axis, float epsilon);

@@ -100,6 +100,15 @@ Bin bin(const std::string& name) {
   return qualified(name, "Bin", values);
 }
 
+Reduce reduce(const std::string& name) {
+  static const std::vector<std::pair<std::string, Reduce>> values{
+#define AF_REDUCE(name) AF_NAMED(Reduce, name)
+      AF_REDUCES(AF_REDUCE)
+#undef AF_REDUCE
+  };
+  return qualified(name, "Reduce", values);
+}
+
 Layout layout(const std::string& name) {
   static const std::vector<std::pair<std::string, Layout>> values{
 #define AF_LAYOUT(name) AF_NAMED(Layout, name)
@@ -167,6 +176,7 @@ void make(Partition& p, const Call& c) {
     p.matmul(c.i(0), c.i(1), c.i(2), c.i(3), c.flag(4), c.flag(5), c.f(6), c.acts(7), c.has(8) ? c.i(8) : -1);
   else if (m == "concat") p.concat(c.i(0), c.ids(1), c.i(2));
   else if (m == "softmax") p.softmax(c.i(0), c.i(1), c.i(2), c.flag(3));
+  else if (m == "reduce") p.reduce(c.i(0), c.i(1), reduce(c.name(2)));
   else if (m == "layer_norm") p.layer_norm(c.i(0), c.i(1), c.i(2), c.i(3), c.i(4), c.i(5), c.f(6));
   else if (m == "transpose") p.transpose(c.i(0), c.i(1), c.ids(2));
   else if (m == "slice") p.slice(c.i(0), c.i(1), c.dims(2), c.dims(3));

@@ -20,6 +20,7 @@
 #include "gated.h"
 #include "gemv.h"
 #include "layernorm.h"
+#include "reduce.h"
 #include "softmax.h"
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -1509,6 +1510,44 @@ void Partition::concat(int dst, const std::vector<int>& srcs, int axis) {
   for (size_t i = 0; i < ins.size(); ++i)
     args.push_back(Impl::use(DNNL_ARG_MULTIPLE_SRC + int(i), ins[i]));
   m.add(pd, dnnl::concat(pd), std::move(args));
+  m.finish(dst, y);
+}
+
+void Partition::reduce(int dst, int src, Reduce op) {
+  Impl& m = *impl_;
+  const Dims& from = m.val(src).shape;
+  const Dims& to = m.val(dst).shape;
+  // the reduced axes (size 1 in dst, not in src) are one run (the compiler's check): the runtime's
+  // own loop over row-major f32 (reduce.h); oneDNN's reduction of any other set is its reference
+  // kernel. At sizes reducing nothing (a batch of 1) the loop copies.
+  int lo = int(from.size()), hi = lo - 1;
+  for (int i = 0; i < int(from.size()); ++i)
+    if (to[i] == 1 && from[i] != 1) {
+      for (int j = hi + 1; lo < i && j < i; ++j)
+        if (from[j] != 1) throw std::runtime_error("reduce: the reduced axes are not one run");
+      lo = std::min(lo, i);
+      hi = i;
+    }
+  auto product = [&](int a, int b) {
+    return std::accumulate(from.begin() + a, from.begin() + b, int64_t(1), std::multiplies<>());
+  };
+  const int64_t outer = product(0, lo), run = product(lo, hi + 1), inner = product(hi + 1, int(from.size()));
+  const int x = m.ensure(src, plain(from));
+  const int y = m.produce(dst, plain(to));
+  Exec own{dnnl::primitive(), {Impl::use(DNNL_ARG_SRC, x), Impl::use(DNNL_ARG_DST, y)}, {}, m.node, m.step};
+  own.own = [=](Exec& e) {
+    const float* xs = static_cast<const float*>(e.bound[DNNL_ARG_SRC].get_data_handle());
+    float* ys = static_cast<float*>(e.bound[DNNL_ARG_DST].get_data_handle());
+    switch (op) {
+      case Reduce::Mean: return reduce_run<Fold::Sum>(xs, ys, outer, run, inner, 1.f / float(run));
+      case Reduce::Sum: return reduce_run<Fold::Sum>(xs, ys, outer, run, inner, 1.f);
+      case Reduce::Max: return reduce_run<Fold::Max>(xs, ys, outer, run, inner, 1.f);
+      case Reduce::Min: return reduce_run<Fold::Min>(xs, ys, outer, run, inner, 1.f);
+      case Reduce::Prod: return reduce_run<Fold::Prod>(xs, ys, outer, run, inner, 1.f);
+    }
+  };
+  own.kernel = "runtime reduction";
+  m.execs.push_back(std::move(own));
   m.finish(dst, y);
 }
 
