@@ -20,21 +20,16 @@ def _bad_text(msg, path: str) -> tuple[str, bytes] | None:
     """The first string field under msg that is not UTF-8 (protobuf hands those over as bytes),
     as (its path, its bytes); None where all are text. Bytes fields (tensor data) and the free
     text nothing reads (doc strings, the producer) are not read."""
-    for f in msg.DESCRIPTOR.fields:
-        if f.name in _FREE_TEXT:
+    for f, value in msg.ListFields():   # the fields set, not every one the schema has
+        if f.name in _FREE_TEXT or f.type not in (f.TYPE_STRING, f.TYPE_MESSAGE):
             continue
         repeated = f.is_repeated if hasattr(f, "is_repeated") else f.label == f.LABEL_REPEATED
-        if f.type == f.TYPE_STRING:
-            values = getattr(msg, f.name) if repeated else [getattr(msg, f.name)]
-            for k, v in enumerate(values):
-                if isinstance(v, bytes):
-                    return f"{path}{f.name}" + (f"[{k}]" if repeated else ""), v
-        elif f.type == f.TYPE_MESSAGE and (repeated or msg.HasField(f.name)):
-            values = getattr(msg, f.name) if repeated else [getattr(msg, f.name)]
-            for k, v in enumerate(values):
-                bad = _bad_text(v, f"{path}{f.name}" + (f"[{k}]." if repeated else "."))
-                if bad:
-                    return bad
+        for k, v in enumerate(value if repeated else [value]):
+            where = f"{path}{f.name}" + (f"[{k}]" if repeated else "")
+            bad = (where, v) if isinstance(v, bytes) else \
+                _bad_text(v, where + ".") if f.type == f.TYPE_MESSAGE else None
+            if bad:
+                return bad
     return None
 
 
