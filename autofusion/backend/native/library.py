@@ -27,7 +27,7 @@ from ...errors import KernelBuildError, NodeExecutionError
 from ...ir import Node
 from ...ir.symbolic import evaluate
 from .build import Toolchain, kernel_library, runtime_library
-from .program import Encoded, Program
+from .program import Program
 
 _c = ctypes.c_void_p
 OUTPUT_BATCH, OUTPUT_BATCH_BYTES = 8, 1 << 20   # outputs made ahead: at most 8 calls', 1 MiB
@@ -108,8 +108,12 @@ class NativePartition:
     def __init__(self, library: NativeLibrary, program: Program, kernels: KernelTable | None,
                  nodes: list[Node], cache: int = SIZE_CACHE, built: Callable | None = None):
         self.library, self.program, self.table, self.node_list = library, program, kernels, nodes
+        self.nodes_by_name = {n.name: n for n in nodes}
         self.encoded = encoded = program.encode()
         self.symbols = encoded.symbols
+        # what every build passes the runtime: the program's strings and its constants' addresses
+        self.strings = (ctypes.c_char_p * max(len(encoded.strings), 1))(*[s.encode() for s in encoded.strings])
+        self.constant_pointers = (_c * max(len(program.constants), 1))(*[a.ctypes.data for a in program.constants])
         self.from_inputs = {}
         for slot, v in enumerate(program.inputs):
             for axis, d in enumerate(v.shape):
@@ -147,8 +151,7 @@ class NativePartition:
             if built is None:
                 if self.encoded.too_small(key):
                     raise SizesOutOfReach(f"sizes {dict(zip(self.symbols, key))} make an empty tensor")
-                built = BuiltPartition(self.library, self.program, self.encoded, self.table, self.node_list,
-                                       key, self.shared)
+                built = BuiltPartition(self, key)
                 self.built[key] = built
                 if len(self.built) > self.cache:
                     self.built.popitem(last=False)
@@ -178,18 +181,14 @@ class BuiltPartition:
     """One native partition built for one set of sizes, callable with its input tensors; returns
     its output tensors."""
 
-    def __init__(self, library: NativeLibrary, program: Program, encoded: Encoded,
-                 kernels: KernelTable | None, nodes: list[Node], sizes: tuple[int, ...] = (),
-                 shared: int | None = None):
-        self.library, self.nodes = library, {n.name: n for n in nodes}
+    def __init__(self, partition: NativePartition, sizes: tuple[int, ...]):
+        library, program, nodes = partition.library, partition.program, partition.node_list
+        self.library, self.nodes = library, partition.nodes_by_name
         lib = library.lib
-        words = encoded.words_for(sizes)
-        strings = (ctypes.c_char_p * max(len(encoded.strings), 1))(*[s.encode() for s in encoded.strings])
-        # the partition reads the constants where they are: they live as long as it does
-        self._constants = program.constants
-        self._pointers = (_c * max(len(program.constants), 1))(*[a.ctypes.data for a in program.constants])
-        handle = lib.af_build(words.ctypes.data, len(words), strings, self._pointers, shared,
-                              kernels.pointers if kernels is not None else None)
+        words = partition.encoded.words_for(sizes)
+        self._constants = program.constants   # read where they are: they live as long as the build
+        handle = lib.af_build(words.ctypes.data, len(words), partition.strings, partition.constant_pointers,
+                              partition.shared, partition.table.pointers if partition.table is not None else None)
         if not handle:
             node, message = self._node_of(library.error())
             raise KernelBuildError(f"{node.describe() if node else _partition(nodes)}: {message}")
@@ -198,7 +197,7 @@ class BuiltPartition:
         weakref.finalize(self, lib.af_free, handle)
         self.steps = program.steps   # one per node, in the partition's order
         self.kernels = self._kernels()
-        values = dict(zip(encoded.symbols, sizes))
+        values = dict(zip(partition.symbols, sizes))
         self.out_shapes = [tuple(evaluate(d, values) for d in v.shape) for v in program.outputs]
         self.in_types = [(v.name, torch.Size(evaluate(d, values) for d in v.shape)) for v in program.inputs]
         self.n_in, self.n_out = len(program.inputs), len(program.outputs)

@@ -202,3 +202,36 @@ def test_an_empty_batch_runs_on_pytorch_kernels(tmp_path):
     assert model.run(feed)["y"].shape == (0, 10)
     (part,) = model.program.native.values()
     assert not part.built   # never set up for a batch of 0
+
+
+def test_a_size_only_the_run_knows_is_read_off_the_next_partitions_input():
+    """NonZero's count ends a partition (its sizes are data): the product and activations after
+    the Gather it drives are a partition of their own, set up for the count each call finds, as
+    many rows as the call picked."""
+    weight = RNG.standard_normal((8, 16)).astype(np.float32)
+    nodes = [helper.make_node("ReduceMax", ["x"], ["m"], axes=[1], keepdims=0),
+             helper.make_node("Greater", ["m", "half"], ["picked_rows"]),
+             helper.make_node("NonZero", ["picked_rows"], ["idx"]),
+             helper.make_node("Squeeze", ["idx", "axis0"], ["rows"]),
+             helper.make_node("Gather", ["x", "rows"], ["picked"], axis=0),
+             helper.make_node("MatMul", ["picked", "w"], ["mm"]),
+             helper.make_node("Relu", ["mm"], ["r"]),
+             helper.make_node("Sigmoid", ["r"], ["y"])]
+    g = helper.make_graph(nodes, "picked", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(weight, "w"), numpy_helper.from_array(np.array(0.5, np.float32), "half"),
+                           numpy_helper.from_array(np.array([0], np.int64), "axis0")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    model = autofusion.compile(m, backend="native")
+    [last] = [p for p in model.plan.partitions if p.target == "native" and
+              any(n.op_type == "Sigmoid" for n in p.nodes)]
+    assert [n.op_type for n in last.nodes] == ["FusedMatMul", "Sigmoid"]
+    part = model.program.native[last.index]
+    session = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    counts = set()
+    for n in (5, 9, 30):
+        x = RNG.standard_normal((n, 8)).astype(np.float32)
+        want = session.run(None, {"x": x})[0]
+        np.testing.assert_allclose(model(x), want, rtol=1e-5, atol=1e-6)
+        counts.add(want.shape[0])
+    assert {key[0] for key in part.built} == counts
