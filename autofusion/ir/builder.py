@@ -30,9 +30,9 @@ class GraphBuilder:
 
     def constant(self, data: np.ndarray, hint: str = "const") -> Value:
         """A new constant; dense, in either axis order (a weight made from one stored transposed
-        stays transposed: the backends read it so)."""
-        dense = data.flags.c_contiguous or data.flags.f_contiguous
-        return self.graph.add_constant(self.graph.fresh_name(hint), data if dense else np.ascontiguousarray(data))
+        stays transposed: the backends read it so), at least 1-D (a scalar becomes [1])."""
+        kept = isinstance(data, np.ndarray) and data.ndim >= 1 and (data.flags.c_contiguous or data.flags.f_contiguous)
+        return self.graph.add_constant(self.graph.fresh_name(hint), data if kept else np.ascontiguousarray(data))
 
     def node_name(self, op_type: str) -> str:
         hint = self.name_hint if self.name_hint and not self.new_nodes else \
