@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import linecache
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
@@ -24,6 +25,7 @@ import torch
 
 from ..errors import KernelBuildError, NodeExecutionError, UnsupportedOpError
 from ..ir import Graph, Node
+from ..passes.cleanup import computable_ahead
 from .impl import torch_impl
 from .lower import Plan
 from .torch_cpu import KERNELS, to_torch
@@ -42,6 +44,39 @@ class Step:
     call: str
     dead: str | None
     node: Node | None    # the node a failure on the line names (None for a native partition)
+    sizes_only: bool = False   # its results depend on the call's sizes alone (memoized per set)
+
+
+class SizesMemo:
+    """The values a program computes from its inputs' sizes alone (a detector's anchor grid, a
+    causal mask, the shape arithmetic of a dynamic-axes export), kept for the most recent sets
+    of sizes: a call with sizes seen before skips those steps. A set whose values exceed
+    MAX_BYTES is not kept."""
+    MAX_BYTES = 64 << 20
+
+    def __init__(self, keep: int):
+        self.keep = keep
+        self.kept: OrderedDict[tuple, tuple] = OrderedDict()
+
+    def get(self, sizes: Mapping[str, int] | None) -> tuple | None:
+        key = tuple(sizes.items()) if sizes else ()
+        found = self.kept.get(key)
+        if found is not None:
+            try:
+                self.kept.move_to_end(key)
+            except KeyError:   # another thread's call let it go meanwhile
+                pass
+        return found
+
+    def put(self, sizes: Mapping[str, int] | None, values: tuple) -> tuple:
+        if sum(t.nbytes for t in tensors_of(list(values)) if isinstance(t, torch.Tensor)) <= self.MAX_BYTES:
+            self.kept[tuple(sizes.items()) if sizes else ()] = values
+            while len(self.kept) > self.keep:
+                try:
+                    self.kept.popitem(last=False)
+                except KeyError:
+                    break
+        return values
 
 
 @dataclass
@@ -68,11 +103,14 @@ class Program:
     native partition; with its source and the line → node map for errors."""
 
     def __init__(self, graph: Graph, plan: Plan, native: Mapping[int, Callable] = {},
-                 native_source: str = ""):
+                 native_source: str = "", sizes_memo: int = 0):
+        """sizes_memo: the sets of sizes to keep the values computed from sizes alone for (0:
+        none; a call must then give `sizes` for every symbolic dim of the graph's inputs)."""
         check_supported(graph)
         self.graph, self.plan, self.native_source = graph, plan, native_source
         self.native = dict(native)
-        self.args, self.steps, self.results, self.namespace = self._generate(graph, plan, native)
+        self.args, self.steps, self.results, self.namespace, self.memoized = \
+            self._generate(graph, plan, native, sizes_memo)
         self.constant_storages = {storage(t) for t in self.namespace.values()
                                   if isinstance(t, torch.Tensor)}
         self._line_nodes: dict[str, dict[int, Node | None]] = {}   # per generated function
@@ -109,15 +147,30 @@ class Program:
             self.namespace["_clock"] = time.perf_counter
         lines = [f"def {name}({params}):"]
         line_nodes: dict[int, Node | None] = {}
-        for j, step in enumerate(self.steps):
+
+        def emit(j: int, step: Step, indent: str = "") -> None:
             if profiled:
-                lines.append("    _t = _clock()")
-            lines.append(step.call)
+                lines.append(indent + "    _t = _clock()")
+            lines.append(indent + step.call)
             line_nodes[len(lines)] = step.node
             if profiled:
-                lines.append(f"    _times[{j}] += _clock() - _t")
+                lines.append(indent + f"    _times[{j}] += _clock() - _t")
             if step.dead:
-                lines.append(step.dead)
+                lines.append(indent + step.dead)
+        if any(step.sizes_only for step in self.steps):
+            # the steps computed from sizes alone first, once per set of sizes (their inputs are
+            # graph inputs' shapes, constants and each other)
+            kept = "".join(k + ", " for k in self.memoized)
+            lines += ["    _m = _memo.get(_sizes)", "    if _m is None:"]
+            for j, step in enumerate(self.steps):
+                if step.sizes_only:
+                    emit(j, step, "    ")
+            lines.append(f"        _m = _memo.put(_sizes, ({kept}))")
+            if kept:
+                lines.append(f"    {kept}= _m")
+        for j, step in enumerate(self.steps):
+            if not step.sizes_only:
+                emit(j, step)
         lines.append(self.results)
         source = "\n".join(lines) + "\n"
         filename = self._filename(name)
@@ -127,9 +180,13 @@ class Program:
         return source, self.namespace[name]
 
     @staticmethod
-    def _generate(graph: Graph, plan: Plan, native: Mapping[int, Callable]):
-        """The function's parameters, its steps, its return line, and the namespace it runs in
-        (kernels, native partitions, constants)."""
+    def _generate(graph: Graph, plan: Plan, native: Mapping[int, Callable], sizes_memo: int):
+        """The function's parameters, its steps, its return line, the namespace it runs in
+        (kernels, native partitions, constants), and the names of the values computed from sizes
+        alone that other steps or the results read."""
+        sized = sizes_only(graph, plan) if sizes_memo else set()
+        if sized:
+            namespace_memo = SizesMemo(sizes_memo)
         names: dict[int, str] = {}
         namespace: dict[str, Any] = {}
         for i, v in enumerate(graph.inputs):
@@ -195,24 +252,33 @@ class Program:
                            and v.producer is not None})
             body.append(Step(f"    {lhs} = {fn_name}({', '.join(args)})",
                              f"    del {', '.join(dead)}" if dead else None,
-                             nodes[0] if len(nodes) == 1 else None))
+                             nodes[0] if len(nodes) == 1 else None, id(nodes[0]) in sized))
         if failed:
             raise KernelBuildError(failed[0] if len(failed) == 1 else
                                    f"{len(failed)} nodes have no kernel here:\n" + "\n".join(f"  {f}" for f in failed))
-        # an output that is an input or a constant is copied, so callers never alias them
+        # an output that is an input, a constant or a kept value is copied, so callers never
+        # alias them
+        made_from_sizes = {id(v) for n in graph.nodes if id(n) in sized for v in n.outputs}
+        memoized = sorted({names[id(v)] for nodes, reads, *_ in steps if id(nodes[0]) not in sized for v in reads
+                           if v is not None and id(v) in made_from_sizes} |
+                          {names[id(v)] for v in graph.outputs if id(v) in made_from_sizes}, key=_number)
         results = []
         for v in graph.outputs:
             if v.const is not None:
                 used_consts.add(id(v))
             name = names[id(v)]
-            if v.producer is not None:
+            if id(v) in made_from_sizes:
+                results.append(f"_each_clone({name})")
+            elif v.producer is not None:
                 results.append(name)
             else:   # a sequence is a list: each element copied
                 results.append(f"[t.clone() for t in {name}]" if v.sequence is not None else name + ".clone()")
         for v in graph.constants.values():
             if id(v) in used_consts:
                 namespace[names[id(v)]] = to_torch(v.const, v.dtype, v.name)
-        return params, body, f"    return ({''.join(r + ', ' for r in results)})", namespace
+        if sized:
+            namespace["_memo"], namespace["_each_clone"] = namespace_memo, _each_clone
+        return params, body, f"    return ({''.join(r + ', ' for r in results)})", namespace, memoized
 
     def all_finite(self, values: list) -> bool:
         """Whether every float input is free of NaN and infinity. A dense float32 one is checked
@@ -274,6 +340,44 @@ class Program:
                 node = lines.get(tb.tb_lineno)
             tb = tb.tb_next
         return node
+
+
+def sizes_only(graph: Graph, plan: Plan) -> set[int]:
+    """The ids of the PyTorch-run nodes whose results depend on the graph inputs' sizes alone:
+    a Shape (or Size) of a graph input or of such a result (a Shape of an intermediate the
+    cleanup could compute from the inputs reads their Shapes already: passes.cleanup
+    shapes_from_inputs), and any node computable ahead (passes.cleanup) that reads only those
+    results and constants. Their steps run first, before the steps they do not read."""
+    if any(v.shape is None or v.sequence is not None or not all(isinstance(d, (int, str)) for d in v.shape)
+           for v in graph.inputs):
+        return set()   # a call's sizes do not fix every input's shape
+    inputs = set(map(id, graph.inputs))
+    made: set[int] = set()
+    found: set[int] = set()
+    for part in plan.partitions:
+        if part.target == "native":
+            continue
+        n = part.nodes[0]
+        if not computable_ahead(n):
+            continue
+        if n.op_type in ("Shape", "Size"):   # read ahead of the other steps: of an input
+            x = n.inputs[0]
+            ok = id(x) in made or id(x) in inputs
+        else:
+            ins = [v for v in n.inputs if v is not None]
+            ok = any(id(v) in made for v in ins) and all(id(v) in made or v.const is not None for v in ins)
+        if ok:
+            found.add(id(n))
+            made |= {id(v) for v in n.outputs}
+    return found
+
+
+def _number(name: str) -> int:
+    return int(name[1:])
+
+
+def _each_clone(x):
+    return [t.clone() for t in x] if isinstance(x, list) else x.clone()
 
 
 def storage(t: torch.Tensor) -> int:

@@ -107,7 +107,7 @@ class CompiledModel:
         kept = self.guard.kept if self.guard is not None else frozenset()
         plan = lower(graph, self.backend, self.native_unavailable, self.precision.compute, kept)
         if plan.native is not None:
-            return Program(graph, plan, {}, "")
+            return Program(graph, plan, {}, "", self.size_cache)
         # oneDNN splits a primitive's work for the thread count current when it is created, and
         # runs it on that many threads whatever the count later: the partitions are built with
         # the model's count, and the process's is given back (torch.compile checks it is kept)
@@ -119,7 +119,7 @@ class CompiledModel:
         finally:
             if torch.get_num_threads() != before:
                 torch.set_num_threads(before)
-        return Program(graph, plan, partitions, code.text())
+        return Program(graph, plan, partitions, code.text(), self.size_cache)
 
     @staticmethod
     def _built(plan, index: int, nodes, kernels, sizes: dict[str, int]) -> None:

@@ -66,17 +66,21 @@ def eliminate_common_subexpressions(graph: Graph) -> int:
 MAX_FOLDED_BYTES = 64 << 20   # a folded constant larger than this would bloat the model
 
 
+def computable_ahead(node: Node) -> bool:
+    """Whether the node's outputs are a function of its inputs' values alone, so they may be
+    computed before a run (folded) or once for many runs: a standard op that is not opaque
+    (no randomness, no subgraph), or one of the shape ops."""
+    opdef = lookup(node.domain, node.op_type)
+    return opdef is not None and not node.domain and bool(node.outputs) and \
+        (opdef.op_class != OpClass.OPAQUE or node.op_type in ("Shape", "Size", "ConstantOfShape", "Range"))
+
+
 def fold_constants(graph: Graph, evaluate: Evaluator) -> int:
     """Evaluate nodes whose inputs are all constants and replace them by their results."""
     folded = 0
     outputs = set(map(id, graph.outputs))
     for node in graph.nodes:
-        opdef = lookup(node.domain, node.op_type)
-        if opdef is None or node.domain or not node.outputs:
-            continue
-        if not all(v is None or v.const is not None for v in node.inputs):
-            continue
-        if opdef.op_class == OpClass.OPAQUE and node.op_type not in ("Shape", "Size", "ConstantOfShape", "Range"):
+        if not computable_ahead(node) or not all(v is None or v.const is not None for v in node.inputs):
             continue
         if any(id(v) in outputs for v in node.outputs) or _static_bytes(node) > MAX_FOLDED_BYTES:
             continue

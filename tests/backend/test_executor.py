@@ -92,3 +92,49 @@ def _static(model):
     """The model with its batch dim fixed to 1."""
     model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 1
     return model
+
+
+def _model(nodes, inputs, outputs, consts=()):
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
+                          [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs],
+                          [numpy_helper.from_array(np.asarray(v), k) for k, v in consts])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def grid_model():
+    """y = x + [0, 1, ..., w-1] along the last axis, the row made from x's width (a detector's
+    anchor grid, in small): the Range and what leads to it depend on the sizes alone."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Gather", ["s", "three"], ["w"]),
+             helper.make_node("Cast", ["w"], ["wf"], to=TensorProto.FLOAT),
+             helper.make_node("Range", ["zero", "wf", "one"], ["grid"]), helper.make_node("Add", ["x", "grid"], ["y"]),
+             helper.make_node("Identity", ["grid"], ["row"])]
+    return _model(nodes, [("x", ["n", 2, "h", "w"])], ["y", "row"],
+                  [("three", np.array(3, np.int64)), ("zero", np.array(0, np.float32)), ("one", np.array(1, np.float32))])
+
+
+@pytest.mark.parametrize("backend", ["torch", "native"])
+def test_values_made_from_sizes_alone_are_computed_once_per_set_of_sizes(backend):
+    if backend == "native" and autofusion.backend.native.unavailable():
+        pytest.skip("no native backend here")
+    model = autofusion.compile(grid_model(), backend=backend, size_cache=2)
+    assert "_memo.get(_sizes)" in model.source
+    memo = model.program.namespace["_memo"]
+    rng = np.random.default_rng(0)
+    for n, h, w in [(1, 3, 4), (2, 3, 6), (1, 3, 4), (1, 5, 4), (1, 3, 4)]:
+        x = rng.standard_normal((n, 2, h, w)).astype(np.float32)
+        y, row = model(x)
+        np.testing.assert_array_equal(row, np.arange(w, dtype=np.float32))
+        np.testing.assert_allclose(y, x + np.arange(w, dtype=np.float32), rtol=0, atol=0)
+        row[...] = -1   # the caller's copy: the kept row is not changed
+    assert [dict(key) for key in memo.kept] == [{"n": 1, "h": 5, "w": 4}, {"n": 1, "h": 3, "w": 4}]
+
+
+def test_a_shape_the_data_decides_is_not_kept_per_set_of_sizes():
+    """The count NonZero finds differs between two calls of one size: its Shape is computed each
+    time."""
+    nodes = [helper.make_node("NonZero", ["x"], ["idx"]), helper.make_node("Shape", ["idx"], ["s"]),
+             helper.make_node("Cast", ["s"], ["y"], to=TensorProto.FLOAT)]
+    model = autofusion.compile(_model(nodes, [("x", ["n"])], ["y"]))
+    assert "_memo" not in model.source
+    np.testing.assert_array_equal(model(np.array([1, 0, 1, 0], np.float32)), [1, 2])
+    np.testing.assert_array_equal(model(np.array([1, 1, 1, 0], np.float32)), [1, 3])

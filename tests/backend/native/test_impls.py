@@ -555,6 +555,23 @@ def test_runtime_softmax_over_rows(op_type, cols):
                  {"x": x})
 
 
+@pytest.mark.parametrize("shape, axis", [((2, 5, 7), 1), ((1, 16, 4, 1100), 1), ((3, 4, 2), 0)])
+@pytest.mark.parametrize("op_type", ["Softmax", "LogSoftmax"])
+def test_runtime_softmax_along_an_inner_axis(op_type, shape, axis):
+    """The runtime's column loop (softmax.h; oneDNN's is its reference kernel there): columns
+    split across blocks and threads (a detector's [1, 16, 4, anchors] over its 16 bins), columns
+    holding NaN, +inf, -inf alone or only -inf, as torch has them; any CPU."""
+    x = RNG.standard_normal(shape).astype(np.float32) * 10
+    columns = np.moveaxis(x, axis, -1).reshape(-1, shape[axis])   # a copy: edited, then put back
+    for c, edge in enumerate([[np.nan], [np.inf], [-np.inf], [-np.inf] * shape[axis], [-200.0]]):
+        columns[c, :len(edge)] = edge
+    rest = tuple(d for i, d in enumerate(shape) if i != axis)
+    x = np.ascontiguousarray(np.moveaxis(columns.reshape(*rest, shape[axis]), -1, axis))
+    model = check_native(graph({"x": shape}, lambda op, x: [(getattr(op, op_type)(x, axis=axis), shape)]),
+                         {"x": x})
+    assert "runtime softmax columns" in str(model.plan)
+
+
 def test_softmax_after_a_bf16_product_is_within_bf16_rounding():
     rng = np.random.default_rng(0)
     a, w = rng.standard_normal((6, 40)).astype(np.float32), rng.standard_normal((40, 50)).astype(np.float32)

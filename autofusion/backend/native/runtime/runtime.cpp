@@ -1553,6 +1553,26 @@ void Partition::reduce(int dst, int src, Reduce op) {
 
 void Partition::softmax(int dst, int src, int axis, bool log) {
   Impl& m = *impl_;
+  const Dims& shape = m.val(src).shape;
+  if (axis + 1 < int(shape.size()) && m.md_of(src).get_data_type() == dt::f32) {
+    // along an axis that is not the last, oneDNN's softmax is its reference kernel: the
+    // runtime's loop over row-major f32 (softmax.h)
+    auto product = [&](int a, int b) {
+      return std::accumulate(shape.begin() + a, shape.begin() + b, int64_t(1), std::multiplies<>());
+    };
+    const int64_t outer = product(0, axis), run = shape[axis], inner = product(axis + 1, int(shape.size()));
+    const int x = m.ensure(src, plain(shape));
+    const int y = m.produce(dst, plain(shape));
+    Exec own{dnnl::primitive(), {Impl::use(DNNL_ARG_SRC, x), Impl::use(DNNL_ARG_DST, y)}, {}, m.node, m.step};
+    own.own = [=](Exec& e) {
+      softmax_columns(static_cast<const float*>(e.bound[DNNL_ARG_SRC].get_data_handle()),
+                      static_cast<float*>(e.bound[DNNL_ARG_DST].get_data_handle()), outer, run, inner, log);
+    };
+    own.kernel = "runtime softmax columns";
+    m.execs.push_back(std::move(own));
+    m.finish(dst, y);
+    return;
+  }
   src = m.dense(src);
   const memory::desc md = m.md_of(src);
   int y = m.produce(dst, md);

@@ -12,12 +12,59 @@
 // row anyway.
 #pragma once
 
+#include <algorithm>
 #include <limits>
 #include <vector>
 
+#include "reduce.h"
+#include "scalar.h"   // expf's vector form for the loops below
 #include "vector.h"
 
 namespace af {
+
+// Softmax and log-softmax along an axis that is not the last: x seen as [outer, run, inner], the
+// axis the run, each of the inner columns normalised on its own (a detector's distribution over
+// 16 box bins, [b, 16, 4, anchors] over axis 1, where oneDNN 3.2 has only its reference kernel:
+// 22 ms of a 52 ms YOLO-style model at 320x320, two threads). The work is split into blocks of
+// COLUMNS columns of one outer index; per block the passes go row by row over contiguous values
+// the compiler vectorises (any ISA): the columns' largest values m (NaN-propagating),
+// y = e^(x-m) and the sums s, then y / s or x - m - log s. A column holding a NaN, or whose
+// largest value is ±inf, is NaN throughout, as the rows' loop makes it.
+inline void softmax_columns(const float* x, float* y, int64_t outer, int64_t run, int64_t inner, bool log) {
+  constexpr int64_t COLUMNS = 512;
+  const int64_t blocks = (inner + COLUMNS - 1) / COLUMNS;
+#pragma omp parallel for schedule(static) if (outer * run * inner >= PARALLEL_FROM && outer * blocks > 1)
+  for (int64_t task = 0; task < outer * blocks; ++task) {
+    const int64_t o = task / blocks, from = task % blocks * COLUMNS, n = std::min(COLUMNS, inner - from);
+    const float* xs = x + o * run * inner + from;
+    float* ys = y + o * run * inner + from;
+    float m[COLUMNS], s[COLUMNS];
+    for (int64_t i = 0; i < n; ++i) m[i] = xs[i], s[i] = 0.f;
+    for (int64_t r = 1; r < run; ++r)
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) m[i] = fold<Fold::Max>(m[i], xs[r * inner + i]);
+    for (int64_t r = 0; r < run; ++r)
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) {
+        const float e = expf(xs[r * inner + i] - m[i]);
+        s[i] += e;
+        ys[r * inner + i] = e;
+      }
+    if (log) {
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) s[i] = m[i] + logf(s[i]);
+      for (int64_t r = 0; r < run; ++r)
+#pragma omp simd
+        for (int64_t i = 0; i < n; ++i) ys[r * inner + i] = xs[r * inner + i] - s[i];
+    } else {
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) s[i] = 1.f / s[i];
+      for (int64_t r = 0; r < run; ++r)
+#pragma omp simd
+        for (int64_t i = 0; i < n; ++i) ys[r * inner + i] *= s[i];
+    }
+  }
+}
 
 #if defined(__AVX512F__)
 template <class Out>
