@@ -41,7 +41,7 @@ ZOO = ["resnet50", "resnet101", "bert-base", "efficientnet_b4", "vit_b_16", "mob
        "convnext_tiny", "gpt2"]
 # (the size it was trained at, another): images' side, tokens' count, ViT's batch
 SIZES = {"efficientnet_b4": (380, 300), "bert-base": (128, 64), "gpt2": (128, 64), "vit_b_16": (1, 2),
-         "ocr_recognizer": (320, 640)}
+         "ocr_recognizer": (320, 640), "yolo_detector": (640, 320)}
 DEFAULT_SIZES = (224, 160)
 STREAM_WIDTHS = (100, 800)
 

@@ -207,6 +207,82 @@ def _ocr_recognizer() -> nn.Module:
     return Recognizer()
 
 
+def _conv_bn_silu(cin: int, cout: int, k: int = 1, stride: int = 1) -> nn.Module:
+    return nn.Sequential(nn.Conv2d(cin, cout, k, stride, k // 2, bias=False), nn.BatchNorm2d(cout), nn.SiLU())
+
+
+class _C2f(nn.Module):
+    """YOLOv8's cross-stage block: a 1x1 conv split in two, a chain of residual 3x3 pairs on one
+    half, every intermediate concatenated into a last 1x1 conv."""
+
+    def __init__(self, cin: int, cout: int, n: int = 1):
+        super().__init__()
+        self.c = cout // 2
+        self.cv1, self.cv2 = _conv_bn_silu(cin, 2 * self.c), _conv_bn_silu((2 + n) * self.c, cout)
+        self.m = nn.ModuleList(nn.Sequential(_conv_bn_silu(self.c, self.c, 3), _conv_bn_silu(self.c, self.c, 3))
+                               for _ in range(n))
+
+    def forward(self, x):
+        y = list(self.cv1(x).split((self.c, self.c), 1))
+        for m in self.m:
+            y.append(y[-1] + m(y[-1]))
+        return self.cv2(torch.cat(y, 1))
+
+
+class _Detector(nn.Module):
+    """A YOLOv8-style detector for images of any size (multiples of 32): a C2f backbone with an
+    SPPF, an FPN/PAN neck (nearest 2x upsampling, concatenations), a decoupled head per stride,
+    the boxes decoded in the graph from a 16-bin distribution (a softmax over the bins, an inner
+    axis) and an anchor grid made from the feature maps' sizes. Outputs [b, 4 + classes,
+    anchors]."""
+
+    def __init__(self, classes: int = 20):
+        super().__init__()
+        self.p3 = nn.Sequential(_conv_bn_silu(3, 16, 3, 2), _conv_bn_silu(16, 32, 3, 2), _C2f(32, 32),
+                                _conv_bn_silu(32, 64, 3, 2), _C2f(64, 64, 2))
+        self.p4 = nn.Sequential(_conv_bn_silu(64, 128, 3, 2), _C2f(128, 128, 2))
+        self.p5 = nn.Sequential(_conv_bn_silu(128, 128, 3, 2), _C2f(128, 128))
+        self.sppf_in, self.sppf_out, self.pool = _conv_bn_silu(128, 64), _conv_bn_silu(256, 128), nn.MaxPool2d(5, 1, 2)
+        self.up = nn.Upsample(scale_factor=2, mode="nearest")
+        self.top, self.n3 = _C2f(256, 128), _C2f(192, 64)
+        self.down3, self.n4 = _conv_bn_silu(64, 64, 3, 2), _C2f(192, 128)
+        self.down4, self.n5 = _conv_bn_silu(128, 128, 3, 2), _C2f(256, 128)
+        self.box = nn.ModuleList(nn.Sequential(_conv_bn_silu(c, 64, 3), _conv_bn_silu(64, 64, 3), nn.Conv2d(64, 64, 1))
+                                 for c in (64, 128, 128))
+        self.cls = nn.ModuleList(nn.Sequential(_conv_bn_silu(c, 64, 3), _conv_bn_silu(64, 64, 3),
+                                               nn.Conv2d(64, classes, 1)) for c in (64, 128, 128))
+        self.dfl = nn.Conv2d(16, 1, 1, bias=False).requires_grad_(False)   # the bins' expectation
+        self.dfl.weight.copy_(torch.arange(16, dtype=torch.float32).view(1, 16, 1, 1))
+
+    def forward(self, pixel_values):
+        p3 = self.p3(pixel_values)
+        p4 = self.p4(p3)
+        x = self.sppf_in(self.p5(p4))
+        y1 = self.pool(x)
+        y2 = self.pool(y1)
+        p5 = self.sppf_out(torch.cat((x, y1, y2, self.pool(y2)), 1))
+        t = self.top(torch.cat((self.up(p5), p4), 1))
+        n3 = self.n3(torch.cat((self.up(t), p3), 1))
+        n4 = self.n4(torch.cat((self.down3(n3), t), 1))
+        n5 = self.n5(torch.cat((self.down4(n4), p5), 1))
+        b = pixel_values.shape[0]
+        heads, anchors, strides = [], [], []
+        for k, (f, stride) in enumerate(((n3, 8), (n4, 16), (n5, 32))):
+            heads.append(torch.cat((self.box[k](f), self.cls[k](f)), 1).flatten(2))
+            h, w = f.shape[2:]
+            ys, xs = torch.meshgrid(torch.arange(h, dtype=torch.float32) + 0.5,
+                                    torch.arange(w, dtype=torch.float32) + 0.5, indexing="ij")
+            anchors.append(torch.stack((xs, ys)).flatten(1))
+            strides.append(torch.full((1, h * w), float(stride)))
+        out = torch.cat(heads, 2)
+        dist, scores = out[:, :64], out[:, 64:]
+        dist = self.dfl(dist.view(b, 4, 16, -1).transpose(1, 2).softmax(1)).view(b, 4, -1)
+        grid, stride = torch.cat(anchors, 1), torch.cat(strides, 1)
+        lt, rb = dist[:, :2], dist[:, 2:]
+        boxes = torch.cat(((grid + (rb - lt) / 2), lt + rb), 1) * stride
+        return torch.cat((boxes, scores.sigmoid()), 1)
+
+
 def _line(width: int) -> Callable[[int], dict[str, torch.Tensor]]:
     def inputs(batch: int) -> dict[str, torch.Tensor]:
         g = torch.Generator().manual_seed(SEED)
@@ -234,6 +310,7 @@ MODELS: dict[str, ModelSpec] = {s.name: s for s in [
               ("last_hidden_state",), "transformers"),
     ModelSpec("tiny_resnet", _tiny_resnet, _image(64), ("logits",), "torch"),
     ModelSpec("ocr_recognizer", _ocr_recognizer, _line(320), ("logits",), "torch"),
+    ModelSpec("yolo_detector", _Detector, _image(640), ("detections",), "torch"),
 ]}
 
 
@@ -246,6 +323,7 @@ DYNAMIC_AXES: dict[str, dict] = {
     "vit_b_16": {"pixel_values": {0: "batch"}},   # its position embedding is for 224x224 alone
     "bert-base": _TEXT_AXES, "gpt2": {"input_ids": _TEXT_AXES["input_ids"]},
     "tiny_resnet": _IMAGE_AXES, "ocr_recognizer": {"pixel_values": {0: "batch", 3: "width"}},
+    "yolo_detector": _IMAGE_AXES,
 }
 
 
