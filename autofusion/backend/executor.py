@@ -185,8 +185,6 @@ class Program:
         (kernels, native partitions, constants), and the names of the values computed from sizes
         alone that other steps or the results read."""
         sized = sizes_only(graph, plan) if sizes_memo else set()
-        if sized:
-            namespace_memo = SizesMemo(sizes_memo)
         names: dict[int, str] = {}
         namespace: dict[str, Any] = {}
         for i, v in enumerate(graph.inputs):
@@ -267,9 +265,7 @@ class Program:
             if v.const is not None:
                 used_consts.add(id(v))
             name = names[id(v)]
-            if id(v) in made_from_sizes:
-                results.append(f"_each_clone({name})")
-            elif v.producer is not None:
+            if v.producer is not None and id(v) not in made_from_sizes:
                 results.append(name)
             else:   # a sequence is a list: each element copied
                 results.append(f"[t.clone() for t in {name}]" if v.sequence is not None else name + ".clone()")
@@ -277,7 +273,7 @@ class Program:
             if id(v) in used_consts:
                 namespace[names[id(v)]] = to_torch(v.const, v.dtype, v.name)
         if sized:
-            namespace["_memo"], namespace["_each_clone"] = namespace_memo, _each_clone
+            namespace["_memo"] = SizesMemo(sizes_memo)
         return params, body, f"    return ({''.join(r + ', ' for r in results)})", namespace, memoized
 
     def all_finite(self, values: list) -> bool:
@@ -374,10 +370,6 @@ def sizes_only(graph: Graph, plan: Plan) -> set[int]:
 
 def _number(name: str) -> int:
     return int(name[1:])
-
-
-def _each_clone(x):
-    return [t.clone() for t in x] if isinstance(x, list) else x.clone()
 
 
 def storage(t: torch.Tensor) -> int:
