@@ -40,9 +40,10 @@ def check_supported(graph: Graph) -> None:
 
 @dataclass
 class Step:
-    """One step of the generated function: the line that calls it and the `del` after it."""
+    """One step of the generated function: the line that calls it and what it is the last to read
+    (deleted after it)."""
     call: str
-    dead: str | None
+    dead: list[str]
     node: Node | None    # the node a failure on the line names (None for a native partition)
     sizes_only: bool = False   # its results depend on the call's sizes alone (memoized per set)
 
@@ -148,23 +149,24 @@ class Program:
         lines = [f"def {name}({params}):"]
         line_nodes: dict[int, Node | None] = {}
 
-        def emit(j: int, step: Step, indent: str = "") -> None:
+        def emit(j: int, step: Step, indent: str = "", keep: frozenset = frozenset()) -> None:
             if profiled:
                 lines.append(indent + "    _t = _clock()")
             lines.append(indent + step.call)
             line_nodes[len(lines)] = step.node
             if profiled:
                 lines.append(indent + f"    _times[{j}] += _clock() - _t")
-            if step.dead:
-                lines.append(indent + step.dead)
+            dead = [name for name in step.dead if name not in keep]
+            if dead:
+                lines.append(indent + f"    del {', '.join(dead)}")
         if any(step.sizes_only for step in self.steps):
             # the steps computed from sizes alone first, once per set of sizes (their inputs are
             # graph inputs' shapes, constants and each other)
             kept = "".join(k + ", " for k in self.memoized)
             lines += ["    _m = _memo.get(_sizes)", "    if _m is None:"]
             for j, step in enumerate(self.steps):
-                if step.sizes_only:
-                    emit(j, step, "    ")
+                if step.sizes_only:   # (what later steps read is kept, not deleted)
+                    emit(j, step, "    ", frozenset(self.memoized))
             lines.append(f"        _m = _memo.put(_sizes, ({kept}))")
             if kept:
                 lines.append(f"    {kept}= _m")
@@ -248,8 +250,7 @@ class Program:
             dead = sorted({names[id(v)] for v in reads if v is not None and v.const is None
                            and last_use.get(id(v)) == j and id(v) not in keep
                            and v.producer is not None})
-            body.append(Step(f"    {lhs} = {fn_name}({', '.join(args)})",
-                             f"    del {', '.join(dead)}" if dead else None,
+            body.append(Step(f"    {lhs} = {fn_name}({', '.join(args)})", dead,
                              nodes[0] if len(nodes) == 1 else None, id(nodes[0]) in sized))
         if failed:
             raise KernelBuildError(failed[0] if len(failed) == 1 else

@@ -11,15 +11,18 @@ the plan holds for them. A contradiction is an InputError naming the node.
 from __future__ import annotations
 
 from collections import OrderedDict
+from typing import Callable
 
 from ..errors import InputError
 from ..ir import Node, Value, lookup
-from ..ir.symbolic import evaluate, is_symbolic
+from ..ir.symbolic import compile_sizes, is_symbolic, symbols
 from .lower import Plan
 
 
 class SizesCheck:
-    """The check of one plan's native nodes; remembers the last `keep` sets of sizes it passed."""
+    """The check of one plan's native nodes; remembers the last `keep` sets of sizes it passed.
+    Every dim it reads is evaluated at once, by one function compiled for the call's symbols on
+    the first check; each node is probed with its inputs' shapes at those sizes."""
 
     def __init__(self, plan: Plan, keep: int):
         self.nodes = [n for part in plan.partitions if part.target == "native" for n in part.nodes
@@ -27,53 +30,86 @@ class SizesCheck:
                              for d in v.shape or ())]
         self.keep = keep
         self.passed: OrderedDict[tuple, None] = OrderedDict()
+        self._probes: list[_Probe] | None = None
+        self._dims: Callable[[tuple], tuple] | None = None
 
     def __call__(self, sizes: dict[str, int]) -> None:
-        key = tuple(sorted(sizes.items()))
+        key = tuple(sizes.items())
         if key in self.passed:
             self.passed.move_to_end(key)
             return
-        for n in self.nodes:
-            why = contradiction(n, sizes)
+        if self._probes is None:
+            self._compile(list(sizes))
+        values = self._dims(tuple(sizes.values())) if self._dims else ()
+        for probe in self._probes:
+            why = probe.contradiction(values)
             if why:
                 given = ", ".join(f"{d}={k}" for d, k in sizes.items())
-                raise InputError(f"inputs with {given} do not fit {n.describe()}: {why}")
+                raise InputError(f"inputs with {given} do not fit {probe.node.describe()}: {why}")
         self.passed[key] = None
         if len(self.passed) > self.keep:
             self.passed.popitem(last=False)
 
+    def _compile(self, names: list[str]) -> None:
+        """The probes, and one function computing every symbolic dim they read whose symbols the
+        call gives (a dim known only at run time is left unknown)."""
+        known = set(names)
+        dims: list = []
 
-def contradiction(node: Node, sizes: dict[str, int]) -> str | None:
-    """What the node's op finds wrong with the shapes these sizes give it, or None."""
-    opdef = lookup(node.domain, node.op_type)
-    if opdef is None or opdef.infer is None:
-        return None
-    try:
-        ins = [None if v is None else Value(v.name, _sized(v.shape, sizes), v.dtype, const=v.const)
-               for v in node.inputs]
-        probe = Node(node.op_type, ins, [Value(o.name) for o in node.outputs], node.attrs, node.name,
-                     node.domain)
-        probe.graph = node.graph   # the opset it is imported at
-        types = opdef.infer(probe) or ()
-    except ValueError as e:
-        return str(e)
-    except (TypeError, KeyError, IndexError, AttributeError, ArithmeticError):
-        return None
-    for v, (shape, _) in zip(node.outputs, types):
-        want = _sized(v.shape, sizes)
-        if shape is not None and want is not None and len(shape) == len(want) and \
-                any(isinstance(a, int) and isinstance(b, int) and a != b for a, b in zip(shape, want)):
-            return f"its output {v.name!r} would be {list(shape)}, where the graph makes it {list(want)}"
-    return None
+        def slots(shape) -> tuple | None:
+            if shape is None:
+                return None
+            out = []
+            for d in shape:
+                if isinstance(d, int):
+                    out.append(d)
+                elif is_symbolic(d) and symbols(d) <= known:
+                    out.append(_Slot(len(dims)))
+                    dims.append(d)
+                else:
+                    out.append(None)
+            return tuple(out)
+        self._probes = [_Probe(n, [None if v is None else slots(v.shape) for v in n.inputs],
+                               [slots(v.shape) for v in n.outputs]) for n in self.nodes]
+        self._dims = compile_sizes(dims, names) if dims else None
 
 
-def _sized(shape, sizes: dict[str, int]):
-    if shape is None:
-        return None
-    out = []
-    for d in shape:
+class _Slot(int):
+    """Where a symbolic dim's value is in the evaluated dims."""
+
+
+def _at(shape: tuple | None, values: tuple):
+    return None if shape is None else tuple(values[d] if type(d) is _Slot else d for d in shape)
+
+
+class _Probe:
+    """One node's check: a copy of it whose inputs take the shapes a call's sizes give."""
+
+    def __init__(self, node: Node, inputs: list, outputs: list):
+        self.node, self.inputs, self.outputs = node, inputs, outputs
+        self.values = [None if v is None else Value(v.name, None, v.dtype, const=v.const) for v in node.inputs]
+        self.probe = Node(node.op_type, self.values, [Value(o.name) for o in node.outputs], node.attrs,
+                          node.name, node.domain)
+        self.probe.graph = node.graph   # the opset it is imported at
+        opdef = lookup(node.domain, node.op_type)
+        self.infer = opdef.infer if opdef is not None else None
+
+    def contradiction(self, values: tuple) -> str | None:
+        """What the node's op finds wrong with the shapes these sizes give it, or None."""
+        if self.infer is None:
+            return None
         try:
-            out.append(evaluate(d, sizes) if d is not None else None)
-        except KeyError:   # a size known only at run time
-            out.append(None)
-    return tuple(out)
+            for v, shape in zip(self.values, self.inputs):
+                if v is not None:
+                    v.shape = _at(shape, values)
+            types = self.infer(self.probe) or ()
+        except ValueError as e:
+            return str(e)
+        except (TypeError, KeyError, IndexError, AttributeError, ArithmeticError):
+            return None
+        for v, (shape, _), planned in zip(self.node.outputs, types, self.outputs):
+            want = _at(planned, values)
+            if shape is not None and want is not None and len(shape) == len(want) and \
+                    any(isinstance(a, int) and isinstance(b, int) and a != b for a, b in zip(shape, want)):
+                return f"its output {v.name!r} would be {list(shape)}, where the graph makes it {list(want)}"
+        return None

@@ -138,3 +138,17 @@ def test_a_shape_the_data_decides_is_not_kept_per_set_of_sizes():
     assert "_memo" not in model.source
     np.testing.assert_array_equal(model(np.array([1, 0, 1, 0], np.float32)), [1, 2])
     np.testing.assert_array_equal(model(np.array([1, 1, 1, 0], np.float32)), [1, 3])
+
+
+def test_a_value_made_from_sizes_is_kept_for_the_steps_after_the_ones_moved_first():
+    """s = Shape(x) is read by a Reshape of x's data and, later in the graph, by a Cast of sizes
+    alone: the Cast runs first with the Shape, and s stays for the Reshape."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Reshape", ["x", "s"], ["y"]),
+             helper.make_node("Cast", ["s"], ["n"], to=TensorProto.FLOAT)]
+    model = autofusion.compile(_model(nodes, [("x", ["a", 3])], ["y", "n"]), level=0, backend="torch")
+    assert "_memo.get(_sizes)" in model.source
+    for a in (2, 5, 2):
+        x = np.arange(a * 3, dtype=np.float32).reshape(a, 3)
+        y, n = model(x)
+        np.testing.assert_array_equal(y, x)
+        np.testing.assert_array_equal(n, [a, 3])
