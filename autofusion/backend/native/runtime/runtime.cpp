@@ -89,6 +89,11 @@ class CallerHeld {
   bool held_ = false;
 };
 
+// the product of dims [from, to) of a shape
+int64_t product(const Dims& shape, size_t from, size_t to) {
+  return std::accumulate(shape.begin() + from, shape.begin() + to, int64_t(1), std::multiplies<>());
+}
+
 memory::desc plain(const Dims& shape, dt type = dt::f32) {   // dense row-major
   Dims strides(shape.size(), 1);
   for (size_t i = shape.size(); i-- > 1;) strides[i - 1] = strides[i] * std::max<int64_t>(shape[i], 1);
@@ -1528,10 +1533,8 @@ void Partition::reduce(int dst, int src, Reduce op) {
       lo = std::min(lo, i);
       hi = i;
     }
-  auto product = [&](int a, int b) {
-    return std::accumulate(from.begin() + a, from.begin() + b, int64_t(1), std::multiplies<>());
-  };
-  const int64_t outer = product(0, lo), run = product(lo, hi + 1), inner = product(hi + 1, int(from.size()));
+  const int64_t outer = product(from, 0, lo), run = product(from, lo, hi + 1),
+                inner = product(from, hi + 1, from.size());
   const int x = m.ensure(src, plain(from));
   const int y = m.produce(dst, plain(to));
   Exec own{dnnl::primitive(), {Impl::use(DNNL_ARG_SRC, x), Impl::use(DNNL_ARG_DST, y)}, {}, m.node, m.step};
@@ -1557,10 +1560,7 @@ void Partition::softmax(int dst, int src, int axis, bool log) {
   if (axis + 1 < int(shape.size()) && m.md_of(src).get_data_type() == dt::f32) {
     // along an axis that is not the last, oneDNN's softmax is its reference kernel: the
     // runtime's loop over row-major f32 (softmax.h)
-    auto product = [&](int a, int b) {
-      return std::accumulate(shape.begin() + a, shape.begin() + b, int64_t(1), std::multiplies<>());
-    };
-    const int64_t outer = product(0, axis), run = shape[axis], inner = product(axis + 1, int(shape.size()));
+    const int64_t outer = product(shape, 0, axis), run = shape[axis], inner = product(shape, axis + 1, shape.size());
     const int x = m.ensure(src, plain(shape));
     const int y = m.produce(dst, plain(shape));
     Exec own{dnnl::primitive(), {Impl::use(DNNL_ARG_SRC, x), Impl::use(DNNL_ARG_DST, y)}, {}, m.node, m.step};
@@ -1584,8 +1584,7 @@ void Partition::layer_norm(int dst, int src, int scale, int bias, int residual, 
                            float epsilon) {
   Impl& m = *impl_;
   const Dims& shape = m.val(src).shape;
-  int64_t rows = std::accumulate(shape.begin(), shape.begin() + axis, int64_t(1), std::multiplies<>());
-  int64_t cols = std::accumulate(shape.begin() + axis, shape.end(), int64_t(1), std::multiplies<>());
+  const int64_t rows = product(shape, 0, axis), cols = product(shape, axis, shape.size());
   int x = m.ensure(src, plain(shape));
   int r = residual >= 0 ? m.ensure(residual, plain(m.val(residual).shape)) : -1;
   const memory::desc out = m.dense_result(dst);
