@@ -12,7 +12,8 @@ dynamic file.
     compile  compile times of each model: autofusion cold (an empty kernel cache, the runtime
              library already built, as after a first use on the machine), warm, and its first
              call at a new size less a steady call; ORT's session creation and OpenVINO's
-             compile_model, and their first call at a new size less a steady one
+             compile_model, and their first call at a new size less a steady one; each the
+             median of --compile-rounds rounds, the systems in turn within a round
 
     python -m autofusion.benchmarks.dynamic --part zoo --models mobilenet_v3_large,resnet50 --rounds 10
     python -m autofusion.benchmarks.dynamic --part stream
@@ -176,6 +177,8 @@ def stream_table(rows: list[dict]) -> str:
 # ---- compile -------------------------------------------------------------------------------
 
 def compile_times(names: list[str], out: Path, args) -> list[dict]:
+    """Per model, each measure the median of `args.compile_rounds` rounds, the systems in turn
+    within a round (a compile is seconds, and this host's load varies over minutes)."""
     import autofusion
     from autofusion.backend.native import build
     rows = []
@@ -184,32 +187,44 @@ def compile_times(names: list[str], out: Path, args) -> list[dict]:
         path = export(name, out)
         first, other = SIZES.get(name, DEFAULT_SIZES)
         feeds = {s: {k: v for k, v in models.inputs_at(name, s).items()} for s in (first, other)}
-        row = {"model": name}
-        with tempfile.TemporaryDirectory() as cache:   # cold: the runtime alone in the cache
-            shutil.copy(runtime, Path(cache) / runtime.name)
-            os.environ["AUTOFUSION_CACHE_DIR"] = cache
-            try:
-                start = time.perf_counter()
-                autofusion.compile(path)
-                row["autofusion cold"] = time.perf_counter() - start
-                start = time.perf_counter()
-                model = autofusion.compile(path)
-                row["autofusion warm"] = time.perf_counter() - start
-                row["autofusion new size"] = first_call(lambda f: model(**f), feeds)
-            finally:
-                del os.environ["AUTOFUSION_CACHE_DIR"]
-        for label, system in (("ORT", OnnxRuntime("ORT_ENABLE_ALL")), ("OpenVINO f32", OpenVino("fp32"))):
-            try:
-                system.load(case(name, path, first, args.threads))
-                start = time.perf_counter()
-                system.compile()
-                row[label] = time.perf_counter() - start
-                row[f"{label} new size"] = first_call(lambda f: run_on(system, f), feeds)
-            except Exception as e:  # noqa: BLE001
-                row[label] = short_error(e)
+        times: dict[str, list[float]] = {}
+        errors: dict[str, str] = {}
+        for _ in range(args.compile_rounds):
+            for label, seconds in _autofusion_compile(autofusion, runtime, path, feeds).items():
+                times.setdefault(label, []).append(seconds)
+            for label, system in (("ORT", OnnxRuntime("ORT_ENABLE_ALL")), ("OpenVINO f32", OpenVino("fp32"))):
+                try:
+                    system.load(case(name, path, first, args.threads))
+                    start = time.perf_counter()
+                    system.compile()
+                    times.setdefault(label, []).append(time.perf_counter() - start)
+                    times.setdefault(f"{label} new size", []).append(
+                        first_call(lambda f: run_on(system, f), feeds))
+                except Exception as e:  # noqa: BLE001
+                    errors[label] = short_error(e)
+        row = {"model": name, **{k: float(np.median(v)) for k, v in times.items()}, **errors,
+               "rounds": {k: v for k, v in times.items()}}
         rows.append(row)
-        print(json.dumps(row), flush=True)
+        print(json.dumps({k: v for k, v in row.items() if k != "rounds"}), flush=True)
     return rows
+
+
+def _autofusion_compile(autofusion, runtime: Path, path: str, feeds: dict) -> dict[str, float]:
+    """Cold (a fresh cache holding the runtime alone), warm (again) and a new size's first call."""
+    with tempfile.TemporaryDirectory() as cache:
+        shutil.copy(runtime, Path(cache) / runtime.name)
+        os.environ["AUTOFUSION_CACHE_DIR"] = cache
+        try:
+            start = time.perf_counter()
+            autofusion.compile(path)
+            cold = time.perf_counter() - start
+            start = time.perf_counter()
+            model = autofusion.compile(path)
+            warm = time.perf_counter() - start
+            return {"autofusion cold": cold, "autofusion warm": warm,
+                    "autofusion new size": first_call(lambda f: model(**f), feeds)}
+        finally:
+            del os.environ["AUTOFUSION_CACHE_DIR"]
 
 
 def first_call(call, feeds: dict[int, dict]) -> float:
@@ -250,6 +265,7 @@ def main(argv=None) -> None:
     p.add_argument("--block", type=int, default=5)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--passes", type=int, default=3, help="stream: passes over the 100 lines")
+    p.add_argument("--compile-rounds", type=int, default=3, help="compile: rounds, each measure their median")
     p.add_argument("--out", default="bench-out")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)

@@ -9,6 +9,8 @@ what the op table's shape rules find impossible (an axis out of range, sizes tha
 """
 from __future__ import annotations
 
+import functools
+
 import onnx
 
 from ..errors import ModelLoadError
@@ -19,18 +21,30 @@ from ..ir.builder import shape_contradiction
 def _bad_text(msg, path: str) -> tuple[str, bytes] | None:
     """The first string field under msg that is not UTF-8 (protobuf hands those over as bytes),
     as (its path, its bytes); None where all are text. Bytes fields (tensor data) and the free
-    text nothing reads (doc strings, the producer) are not read."""
-    for f, value in msg.ListFields():   # the fields set, not every one the schema has
-        if f.name in _FREE_TEXT or f.type not in (f.TYPE_STRING, f.TYPE_MESSAGE):
+    text nothing reads (doc strings, the producer) are not read: not even fetched, as a tensor's
+    raw data would be copied."""
+    for name, repeated, is_message in _text_fields(msg.DESCRIPTOR):
+        if is_message and not repeated and not msg.HasField(name):
             continue
-        repeated = f.is_repeated if hasattr(f, "is_repeated") else f.label == f.LABEL_REPEATED
+        value = getattr(msg, name)
         for k, v in enumerate(value if repeated else [value]):
-            where = f"{path}{f.name}" + (f"[{k}]" if repeated else "")
-            bad = (where, v) if isinstance(v, bytes) else \
-                _bad_text(v, where + ".") if f.type == f.TYPE_MESSAGE else None
+            where = f"{path}{name}" + (f"[{k}]" if repeated else "")
+            bad = (where, v) if isinstance(v, bytes) else _bad_text(v, where + ".") if is_message else None
             if bad:
                 return bad
     return None
+
+
+@functools.lru_cache(maxsize=None)
+def _text_fields(descriptor) -> tuple[tuple[str, bool, bool], ...]:
+    """A message type's string and message fields: (name, repeated, a message)."""
+    out = []
+    for f in descriptor.fields:
+        if f.name in _FREE_TEXT or f.type not in (f.TYPE_STRING, f.TYPE_MESSAGE):
+            continue
+        repeated = f.is_repeated if hasattr(f, "is_repeated") else f.label == f.LABEL_REPEATED
+        out.append((f.name, repeated, f.type == f.TYPE_MESSAGE))
+    return tuple(out)
 
 
 _FREE_TEXT = {"doc_string", "producer_name", "producer_version"}
