@@ -267,13 +267,16 @@ def norm_matmul_replace(op, m):
     scale, bias, c = affine_and_bias(m)
     gamma, beta = (None if v is None else per_feature(v, x, x.rank - 1) for v in (scale, bias))
     trans_b, alpha = mm.attr("trans_b", 0), mm.attr("alpha", 1.0)
-    w = m.b.const.astype(np.float64)
-    w = w.T if trans_b else w                       # [K, N]
-    folded = alpha * (w if gamma is None else gamma[:, None] * w)
-    shift = None if beta is None else alpha * (beta @ w)
+    w = m.b.const.T if trans_b else m.b.const       # [K, N], as stored
+    # products and sums in float64, the weight rounded once into x's type; no float64 copy of
+    # the weight (GPT-2's 24 folds: 0.29 -> 0.1 s)
+    folded = np.empty(w.shape, x.dtype.numpy, order="F" if w.flags.f_contiguous else "C")
+    np.multiply(w, alpha * (np.ones(w.shape[0]) if gamma is None else gamma)[:, None], out=folded,
+                dtype=np.float64, casting="unsafe")
+    shift = None if beta is None else alpha * np.einsum("k,kn->n", beta, w, dtype=np.float64)
     if c is not None:
         shift = (0 if shift is None else shift) + mm.attr("beta", 1.0) * c.const.reshape(-1)
-    weight = op.constant(cast_like(folded.T if trans_b else folded, x), "weight")
+    weight = op.constant(folded.T if trans_b else folded, "weight")
     shift = None if shift is None else op.constant(cast_like(shift, x), "bias")
     kind = "RMSNorm" if norm.op_type == "RMSNorm" else "LayerNorm"
     epsilon = attr_value(norm, "epsilon") if norm.domain != FUSED_DOMAIN else \
