@@ -10,15 +10,15 @@ import sympy
 import torch
 from torch import fx
 
-from ..backend.torch_cpu.common import TORCH_DTYPES
 from .fx_trace import UnsupportedGraphError
 from ..ir import DType, symbolic
+from ..ir.dtypes import torch_dtypes
 
 if TYPE_CHECKING:
     from .fx_import import FxImporter
 
 # the inverse of the torch kernels' own table: one map of element types
-TORCH_TO_DTYPE = {t: d for d, t in TORCH_DTYPES.items()}
+TORCH_TO_DTYPE = {t: d for d, t in torch_dtypes().items()}
 INT64_MAX = 2**63 - 1
 # a lowering: (the importer, an FX node) -> its IR value(s)
 Lowering = Callable[["FxImporter", fx.Node], Any]

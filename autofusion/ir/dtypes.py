@@ -2,8 +2,13 @@
 from __future__ import annotations
 
 import enum
+import functools
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import torch
 
 
 class DType(enum.IntEnum):
@@ -67,3 +72,17 @@ _TO_NUMPY = {
     DType.FLOAT16: np.float16, DType.DOUBLE: np.float64, DType.UINT32: np.uint32,
     DType.UINT64: np.uint64, DType.COMPLEX64: np.complex64, DType.COMPLEX128: np.complex128,
 }
+
+
+@functools.cache
+def torch_dtypes() -> dict[DType, torch.dtype]:
+    """The element types PyTorch computes in, as its dtypes: the one table the torch kernels, the
+    FX importer and the executor read (torch imported on first use: the IR needs none)."""
+    import torch
+    return {
+        DType.FLOAT: torch.float32, DType.DOUBLE: torch.float64, DType.FLOAT16: torch.float16,
+        DType.BFLOAT16: torch.bfloat16, DType.INT8: torch.int8, DType.INT16: torch.int16,
+        DType.INT32: torch.int32, DType.INT64: torch.int64, DType.UINT8: torch.uint8,
+        DType.UINT16: torch.uint16, DType.UINT32: torch.uint32, DType.UINT64: torch.uint64,
+        DType.BOOL: torch.bool, DType.COMPLEX64: torch.complex64, DType.COMPLEX128: torch.complex128,
+    }

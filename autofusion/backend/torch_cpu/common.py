@@ -10,6 +10,7 @@ import torch
 
 from ...errors import KernelBuildError
 from ...ir import DType, Node
+from ...ir.dtypes import torch_dtypes
 from ...ir.shapes import opset_of as opset   # noqa: F401 - the kernels' name for it
 from ..impl import Check, Impl, accepts, register
 
@@ -17,13 +18,7 @@ Kernel = Callable[..., "torch.Tensor | tuple[torch.Tensor, ...]"]
 KernelBuilder = Callable[[Node], Kernel]
 KERNELS: dict[str, KernelBuilder] = {}   # op → the builder of its generic torch implementation
 
-TORCH_DTYPES: dict[DType, torch.dtype] = {
-    DType.FLOAT: torch.float32, DType.DOUBLE: torch.float64, DType.FLOAT16: torch.float16,
-    DType.BFLOAT16: torch.bfloat16, DType.INT8: torch.int8, DType.INT16: torch.int16,
-    DType.INT32: torch.int32, DType.INT64: torch.int64, DType.UINT8: torch.uint8,
-    DType.UINT16: torch.uint16, DType.UINT32: torch.uint32, DType.UINT64: torch.uint64,
-    DType.BOOL: torch.bool, DType.COMPLEX64: torch.complex64, DType.COMPLEX128: torch.complex128,
-}
+TORCH_DTYPES: dict[DType, torch.dtype] = torch_dtypes()
 
 
 def torch_dtype(dt: DType | int, where: str = "") -> torch.dtype:
