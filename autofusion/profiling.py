@@ -6,7 +6,7 @@
 Each node of the plan gets the time it took per run: a torch node the time of its line in the
 generated Python (a clock read before and after it), a node of a native partition the time of
 its step inside the C call (every oneDNN primitive, reorder and generated kernel the step runs,
-timed in runtime.cpp). What no node holds is said in two more lines: the native partitions'
+timed in the runtime's arena.cpp). What no node holds is said in two more lines: the native partitions'
 boundaries (their inputs checked, outputs allocated, the C call made) and the rest of the run
 (binding the inputs, the generated function's own lines, converting the outputs). With the
 nodes they add up to the profiled runs' mean wall time, which the shares are of. The means

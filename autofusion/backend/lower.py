@@ -79,6 +79,9 @@ class Plan:
     # runtime's own loop): the runtime picks some at build time, from layouts only oneDNN knows;
     # for symbolic sizes, as last set up, for these sizes (by partition index)
     kernels: dict[Node, str] = field(default_factory=dict)
+    # what the runtime chose for a native node where the plan left it open (a layout, where a
+    # mask is added), each with its reason, as last set up
+    choices: dict[Node, list[str]] = field(default_factory=dict)
     sizes: dict[int, dict[str, int]] = field(default_factory=dict)
 
     def via(self, node: Node) -> str:
@@ -136,6 +139,7 @@ class Plan:
                 at = f" in {d.precision}" if self.precision != "fp32" and d.impl.reduced else ""
                 lines.append(f"    {step:3d} {n.name} ({n.op}) via {self.via(n)}{at}"
                              + (f" -> {'; '.join(outs)}" if outs else ""))
+                lines += [f"          chose: {c}" for c in self.choices.get(n, ())]
         return "\n".join(lines)
 
 
@@ -259,7 +263,7 @@ def split(order: list[Node], decisions: dict[Node, Decision]) -> list[Partition]
 
 
 # the operands a step in bf16 reads in bf16 (oneDNN's src and weights); the rest stay fp32
-PRODUCT_OPERANDS = {"Attention": (0, 1, 2)}   # q, k, v; the scores and softmax are fp32 (runtime.cpp attention)
+PRODUCT_OPERANDS = {"Attention": (0, 1, 2)}   # q, k, v; the scores and softmax are fp32 (runtime attention.cpp)
 DEFAULT_OPERANDS = (0, 1)
 
 

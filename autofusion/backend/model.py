@@ -122,10 +122,11 @@ class CompiledModel:
         return Program(graph, plan, partitions, code.text(), self.size_cache)
 
     @staticmethod
-    def _built(plan, index: int, nodes, kernels, sizes: dict[str, int]) -> None:
-        """A native partition was set up for a set of sizes: the plan shows what runs its nodes
-        and for which sizes."""
+    def _built(plan, index: int, nodes, kernels, choices, sizes: dict[str, int]) -> None:
+        """A native partition was set up for a set of sizes: the plan shows what runs its nodes,
+        what the runtime chose for them, and for which sizes."""
         plan.kernels.update(zip(nodes, kernels))
+        plan.choices.update(zip(nodes, choices))
         if sizes:
             plan.sizes[index] = sizes
 

@@ -42,7 +42,7 @@ flags and oneDNN) and runs it with the given threads:
     residual_cost     ResNet-50's bottleneck ends (1x1 + residual + ReLU) with the residual as a
                       binary add post-op into a new buffer against a sum post-op over the
                       residual's own: equal in cache (both warm here); in a network the sum
-                      touches one buffer fewer (runtime.cpp conv's over_residual)
+                      touches one buffer fewer (the runtime's conv step, steps.cpp, over_residual)
 
     python -m autofusion.benchmarks.conv_floor --threads 2
     python -m autofusion.benchmarks.conv_floor --program gate_cost

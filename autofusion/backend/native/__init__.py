@@ -9,8 +9,9 @@ builds and runs, and generated C++ loop nests for what oneDNN lacks.
     build.py    toolchain, flags, the on-disk cache of built libraries
     library.py  loading the runtime and a model's kernels, building and calling partitions
     affinity.py pinning the OpenMP pool's workers, one CPU each
-    runtime/    the hand-written C++: native.h (what a program calls), runtime.cpp,
-                program.cpp (reading programs), kernel.h (what a generated kernel is)
+    runtime/    the hand-written C++: native.h (what a program calls), partition.h (the inside,
+                its rooms: values.cpp, steps.cpp, attention.cpp, own_loops.cpp, arena.cpp,
+                c_api.cpp), program.cpp (reading programs), kernel.h (what a generated kernel is)
 """
 from __future__ import annotations
 

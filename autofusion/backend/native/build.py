@@ -26,7 +26,8 @@ from ...errors import AutofusionError
 
 RUNTIME_DIR = Path(__file__).parent / "runtime"
 FLAGS = ("-O3", "-march=native", "-std=c++17", "-fopenmp", "-fPIC", "-shared")
-RUNTIME_SOURCES = ("runtime.cpp", "program.cpp")
+RUNTIME_SOURCES = ("values.cpp", "steps.cpp", "attention.cpp", "own_loops.cpp", "arena.cpp", "c_api.cpp",
+                   "program.cpp")
 # the generated kernels' loops (vectorised for this CPU, OpenMP)
 KERNEL_FLAGS = ("-O2", "-march=native", "-fno-math-errno", "-std=c++17", "-fopenmp", "-fPIC", "-shared")
 
@@ -151,14 +152,30 @@ def _build(tc: Toolchain, out: Path, sources: list[Path], flags: tuple[str, ...]
         if out.exists():
             return out
         tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-        cmd = [tc.compiler, *flags, *map(str, sources), "-o", str(tmp), *extra]
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode != 0:
+        objects = [tmp.with_name(f"{tmp.name}.{i}.o") for i in range(len(sources))]
+        try:
+            # each source to an object file at once (the runtime's rooms build side by side), then linked
+            compiles = [(src, subprocess.Popen([tc.compiler, *flags, "-c", str(src), "-o", str(obj), *extra],
+                                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+                        for src, obj in zip(sources, objects)]
+            failed = [(src, job.communicate()[1], job.returncode) for src, job in compiles]
+            for src, stderr, returncode in failed:
+                _check(stderr, returncode, [src])
+            done = subprocess.run([tc.compiler, *flags, *map(str, objects), "-o", str(tmp), *extra],
+                                  capture_output=True, text=True)
+            _check(done.stderr, done.returncode, sources)
+            os.replace(tmp, out)
+        finally:
             tmp.unlink(missing_ok=True)
-            tail = "\n".join(done.stderr.strip().splitlines()[-20:])
-            raise NativeBuildError(f"the C++ compiler failed on {', '.join(map(str, sources))}:\n{tail}")
-        os.replace(tmp, out)
+            for obj in objects:
+                obj.unlink(missing_ok=True)
     return out
+
+
+def _check(stderr: str, returncode: int, sources: list[Path]) -> None:
+    if returncode != 0:
+        tail = "\n".join(stderr.strip().splitlines()[-20:])
+        raise NativeBuildError(f"the C++ compiler failed on {', '.join(map(str, sources))}:\n{tail}")
 
 
 def _write_atomic(path: Path, text: str) -> None:

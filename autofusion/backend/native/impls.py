@@ -257,7 +257,7 @@ def emit_reduce(node: Node, p: PartitionSource) -> None:
 # A squeeze-excitation's mean of a SiLU's result (EfficientNet's): the runtime computes the SiLU
 # itself, after the convolution, and its loop sums each channel as it writes; the mean costs no
 # pass over the result of its own. The activations the runtime computes itself, last in a step:
-RUNTIME_GATES = frozenset({"SiLU", "GeluTanh"})   # runtime.cpp gate_after
+RUNTIME_GATES = frozenset({"SiLU", "GeluTanh"})   # runtime steps.cpp gate_after
 
 
 def gated(v: Value) -> str | None:

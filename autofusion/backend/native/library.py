@@ -160,7 +160,7 @@ class NativePartition:
         if built is not self.last:
             self.last, self.last_sizes = built, dict(zip(self.symbols, key))
             if self.on_built is not None:
-                self.on_built(self.program.index, self.node_list, built.kernels, self.last_sizes)
+                self.on_built(self.program.index, self.node_list, built.kernels, built.choices, self.last_sizes)
         return built
 
     def __call__(self, sizes: Mapping[str, int] | None, *xs: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -196,7 +196,7 @@ class BuiltPartition:
         self.arena_bytes = lib.af_arena_bytes(handle)
         weakref.finalize(self, lib.af_free, handle)
         self.steps = program.steps   # one per node, in the partition's order
-        self.kernels = self._kernels()
+        self.kernels, self.choices = self._kernels()
         values = dict(zip(partition.symbols, sizes))
         self.out_shapes = [tuple(evaluate(d, values) for d in v.shape) for v in program.outputs]
         self.in_types = [(v.name, torch.Size(evaluate(d, values) for d in v.shape)) for v in program.inputs]
@@ -250,9 +250,10 @@ class BuiltPartition:
             raise RuntimeError(message)
         return tuple(outs)
 
-    def _kernels(self) -> list[str]:
+    def _kernels(self) -> tuple[list[str], list[list[str]]]:
         """Per step, what runs it: oneDNN's implementations, the runtime's own loops ("" for a
-        step with no work of its own: a view, a mean its producer's gate sums)."""
+        step with no work of its own: a view, a mean its producer's gate sums); and per step, the
+        choices its builder made, with their reasons."""
         lib = self.library.lib
         size = lib.af_step_kernels(self.handle, None, 0)
         text = ctypes.create_string_buffer(size)
@@ -261,7 +262,8 @@ class BuiltPartition:
         if len(lines) != self.steps:
             raise RuntimeError(f"the native partition named kernels for {len(lines)} steps, its "
                                f"plan has {self.steps}")
-        return lines
+        fields = [line.split("\t") for line in lines]
+        return [f[0] for f in fields], [f[1:] for f in fields]
 
     def profile(self, on: bool) -> None:
         """Turn step timing on (every count from zero) or off."""

@@ -1,5 +1,5 @@
 // What an attention's two products cost oneDNN 3.2's matmul on this CPU, in the forms
-// runtime.cpp's attention chooses between:
+// the runtime's attention step (attention.cpp) chooses between:
 //  - q·kᵀ with an additive mask as its binary post-op, against without it (the runtime's
 //    softmax adds the mask as it reads each row: softmax.h);
 //  - q·kᵀ + p·v over a number of keys that is not a multiple of 32, against the same keys

@@ -2,7 +2,7 @@
 // convolution has written all of it (the result f32 in memory, then the gate into the bf16 or f32
 // destination) against tiles of pixels, each thread convolving its own tile with oneDNN inside
 // the parallel region (so on one thread) into an f32 buffer that stays in its cache and gating it
-// from there into the destination (runtime.cpp gate_in_tiles, where the f32 result reaches 16 MB). EfficientNet-B4's expansions (the 1x1
+// from there into the destination (the runtime's own_loops.cpp gate_in_tiles, where the f32 result reaches 16 MB). EfficientNet-B4's expansions (the 1x1
 // convolutions its SiLUs follow), bf16 and fp32; the tiled result is checked against the whole
 // one. (A tile length oneDNN 3.2 runs on its reference kernel shows as such: the runtime refuses
 // to tile there.) Built and run by `python -m autofusion.benchmarks.conv_floor --program gate_tiling_cost`.

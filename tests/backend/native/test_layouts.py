@@ -1,4 +1,4 @@
-"""The layouts the runtime's convolutions write (runtime.cpp Partition::conv): a network's first
+"""The layouts the runtime's convolutions write (the runtime's steps.cpp, Partition::conv): a network's first
 convolution, of three channels, writes channels-last as the convolutions after it read, where
 oneDNN's own pick would be a blocked layout (nChw16c) that every later step reorders.
 

@@ -1,4 +1,4 @@
-"""What runs each native node, as the built partition reports it (runtime.cpp step_kernels,
+"""What runs each native node, as the built partition reports it (the runtime's arena.cpp step_kernels,
 Plan.kernels): oneDNN's implementation, a reorder inside the step, or the runtime's own loop
 (gemv, softmax, a gate, the channel means in a gate, a generated kernel); nothing for a view.
 The plan, the profile and the HTML report's "runs on" show it.
@@ -115,6 +115,33 @@ def test_the_profile_and_the_report_show_what_ran():
     prof = autofusion.profile(model, feeds, runs=2, block=1, warmup=1)
     assert prof.by_node()[node.name].impl == f"onednn [{model.plan.kernels[node]}]"
     assert runs_on(model.plan)[node.name].startswith(f"native partition 0 via onednn [{model.plan.kernels[node]}]")
+
+
+def test_a_step_says_what_it_chose_and_why_and_the_plan_prints_it():
+    # a sum of a convolution's result (a layout oneDNN picks) and a plain input of its shape: the
+    # input is reordered into the result's layout, as oneDNN's fast binary kernels want
+    def build(op, x, y):
+        conv = op.FusedConv(x, const(op, 32, 16, 3, 3), const(op, 32), pads=[1, 1, 1, 1])
+        conv.shape, conv.dtype = (1, 32, 8, 8), DType.FLOAT
+        return [(op.Add(conv, y), (1, 32, 8, 8))]
+    model = compiled(graph({"x": (1, 16, 8, 8), "y": (1, 32, 8, 8)}, build))
+    add = next(n for n in model.graph.nodes if n.op_type == "Add")
+    assert model.plan.choices[add] == ["second operand reordered into the first's layout: oneDNN mixes "
+                                       "layouts on its reference kernel only"]
+    assert f"chose: {model.plan.choices[add][0]}" in str(model.plan)
+    # a step that had nothing to choose says nothing
+    relu = compiled(graph({"x": (4, 100)}, lambda op, x: [(op.Relu(x), (4, 100))]))
+    assert list(relu.plan.choices.values()) == [[]] and "chose:" not in str(relu.plan)
+
+
+def test_an_attention_says_where_its_mask_is_added():
+    g = graph({"q": (1, 4, 6, 8), "k": (1, 4, 6, 8), "v": (1, 4, 6, 8), "m": (1, 1, 6, 6)},
+              lambda op, q, k, v, m: [(op.Attention(q, k, v, m, scale=0.35), (1, 4, 6, 8))])
+    model = compiled(g)
+    (att,) = model.graph.nodes
+    masks = [c for c in model.plan.choices[att] if c.startswith("mask added by")]
+    assert len(masks) == 1, model.plan.choices[att]
+    assert any(c.startswith("q and k ") for c in model.plan.choices[att])
 
 
 def test_the_torch_backend_names_no_kernels():

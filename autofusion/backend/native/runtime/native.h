@@ -7,7 +7,7 @@
 // by program.cpp) declares the values with the plan's layouts and lifetimes, then calls one
 // method per node in execution order; finalize() places the intermediates in the arena.
 //
-// This header includes no oneDNN header: runtime.cpp holds everything of oneDNN's.
+// This header includes no oneDNN header: partition.h, the runtime's inside, holds oneDNN's.
 #pragma once
 
 #include <cstdint>
@@ -59,7 +59,7 @@ enum class Pool { AF_POOLS(AF_ENUMERATOR) };
 #define AF_REDUCES(X) X(Mean) X(Sum) X(Max) X(Min) X(Prod)
 enum class Reduce { AF_REDUCES(AF_ENUMERATOR) };
 
-// a partition's constants laid out as its steps want them, shared by its builds (runtime.cpp)
+// a partition's constants laid out as its steps want them, shared by its builds (partition.h)
 struct Constants;
 
 class Partition {
