@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from ..errors import AutofusionError, KernelBuildError
 from ..ir import Graph, Node, Value
+from ..ir.activations import clamps_nan
 from ..ir.region_space import VIEWS
 from ..ir.scalar import ROW_OPS
 from ..ir.sequences import touches_sequences
@@ -34,9 +35,6 @@ from ..ir.symbolic import is_size, symbols
 from .impl import Impl, implementations
 
 BACKENDS = ("auto", "native", "torch")
-
-
-NAN_CLAMPING = {"Relu", "Clip", "HardSigmoid", "HardSwish"}   # oneDNN's max/min eltwise algorithms
 
 
 @dataclass
@@ -93,8 +91,7 @@ class Plan:
     def nan_clamping(self) -> list[str]:
         """The nodes oneDNN runs as a ReLU or Clip (a step, or a convolution's or product's
         post-op): its max/min instructions give 0 or the bound for NaN, where ONNX gives NaN."""
-        return [n.name for n, d in self.decisions.items() if d.impl.name == "onednn" and
-                (n.op_type in NAN_CLAMPING or n.attr("activation", "") in NAN_CLAMPING)]
+        return [n.name for n, d in self.decisions.items() if d.impl.name == "onednn" and clamps_nan(n)]
 
     def summary(self) -> str:
         """One line for the report."""

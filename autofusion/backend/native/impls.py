@@ -15,7 +15,7 @@ from typing import Callable
 import numpy as np
 
 from ...ir import DType, Node, Value
-from ...ir.activations import activation, clip_bounds
+from ...ir.activations import ACTIVATION_OPS, ELTWISE, FUNCTIONS, activation, clip_bounds, eltwise_steps
 from ...ir.builder import fused
 from ...ir.dims import slice_bounds, symbolic_slice_bounds
 from ...ir.geometry import explicit_pads
@@ -255,17 +255,15 @@ def emit_reduce(node: Node, p: PartitionSource) -> None:
 
 
 # A squeeze-excitation's mean of a SiLU's result (EfficientNet's): the runtime computes the SiLU
-# itself, after the convolution, and its loop sums each channel as it writes; the mean costs no
-# pass over the result of its own. The activations the runtime computes itself, last in a step:
-RUNTIME_GATES = frozenset({"SiLU", "GeluTanh"})   # runtime steps.cpp gate_after
-
+# itself, after the convolution (a gate: ir/activations.py ELTWISE), and its loop sums each
+# channel as it writes; the mean costs no pass over the result of its own.
 
 def gated(v: Value) -> str | None:
     """Why v is not the result of a gate the runtime computes at the end of a native step."""
     n = v.producer
     acts = [] if n is None else (node_acts(n) if n.op == fused("FusedConv") else
-                                 UNARY[n.op](n) if n.op in UNARY else [])
-    if not acts or acts[-1][0] not in RUNTIME_GATES:
+                                 eltwise_steps(n) if n.op in UNARY_OPS else [])
+    if not acts or not ELTWISE[acts[-1][0]].gate:
         return "its input is not a SiLU or tanh-GELU the runtime computes after a step"
     if all(impl.check(n) is not None for impl in implementations(n.op, "native")):
         return "its input's producer does not run native"
@@ -340,41 +338,20 @@ def emit_resize(node: Node, p: PartitionSource) -> None:
 
 # ---- elementwise -----------------------------------------------------------------------------
 
-def _gelu(node: Node) -> list[tuple[str, float, float]]:
-    return [("GeluTanh" if node.attr("approximate", "none") == "tanh" else "GeluErf", 0.0, 0.0)]
-
-
-UNARY: dict[str, Callable[[Node], list[tuple[str, float, float]]]] = {
-    "Relu": lambda n: [("Relu", 0.0, 0.0)],
-    "LeakyRelu": lambda n: [("Relu", n.attr("alpha", 0.01), 0.0)],
-    "Sigmoid": lambda n: [("Logistic", 0.0, 0.0)],
-    "Tanh": lambda n: [("Tanh", 0.0, 0.0)],
-    "Exp": lambda n: [("Exp", 0.0, 0.0)],
-    "Log": lambda n: [("Log", 0.0, 0.0)],
-    "Sqrt": lambda n: [("Sqrt", 0.0, 0.0)],
-    "Abs": lambda n: [("Abs", 0.0, 0.0)],
-    "Neg": lambda n: [("Linear", -1.0, 0.0)],
-    "Elu": lambda n: [("Elu", n.attr("alpha", 1.0), 0.0)],
-    "HardSigmoid": lambda n: [("HardSigmoid", n.attr("alpha", 0.2), n.attr("beta", 0.5))],
-    "HardSwish": lambda n: [("HardSwish", 1 / 6, 0.5)],
-    "Mish": lambda n: [("Mish", 0.0, 0.0)],
-    "Clip": lambda n: [("Clip", *clip_bounds(n))],
-    "Gelu": lambda n: _gelu(n),
-    fused("Gelu"): lambda n: _gelu(n),
-    fused("Activation"): node_acts,
-}
+# the unary ops that run as the runtime's elementwise functions (ir/activations.py eltwise_steps)
+UNARY_OPS = (*ACTIVATION_OPS, *FUNCTIONS, fused("Gelu"), fused("Activation"))
 
 
 def check_unary(node: Node) -> str | None:
     if node.op_type == "Clip" and clip_bounds(node) is None:
         return "Clip's bounds are computed at run time"
-    return first(dense(node, (0,)), None if UNARY[node.op](node) else "no activation")
+    return first(dense(node, (0,)), None if eltwise_steps(node) else "no activation")
 
 
-@native(*UNARY, check=check_unary, tensors=(0,), overwrites=lambda node: node.inputs[0])
+@native(*UNARY_OPS, check=check_unary, tensors=(0,), overwrites=lambda node: node.inputs[0])
 def emit_unary(node: Node, p: PartitionSource) -> None:
     """oneDNN eltwise, in place where the plan allows."""
-    p.call("eltwise", p.out(node), p.ref(node.inputs[0]), p.acts(UNARY[node.op](node)),
+    p.call("eltwise", p.out(node), p.ref(node.inputs[0]), p.acts(eltwise_steps(node)),
            p.in_place(node))
 
 

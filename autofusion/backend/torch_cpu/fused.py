@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from ...errors import KernelBuildError
 from ...ir import DType, Node
-from ...ir.activations import activation
+from ...ir.activations import ELTWISE, activation
 from ...ir.builder import fused
 from .common import Kernel, const_input, kernel, torch_dtype
 
@@ -30,20 +30,11 @@ def baked(fn: Kernel, *indices: int) -> Kernel:
 
 
 # ---- activations ----------------------------------------------------------------------------
-# ir/activations.py declares each one; PyTorch's oneDNN binding names its post-ops its own way
+# ir/activations.py declares each one, with PyTorch's oneDNN binding's form of its post-op
 
 def torch_activation(node: Node) -> Callable[[torch.Tensor], torch.Tensor] | None:
     act, params = activation(node)
     return None if not node.attr("activation", "") else (lambda x: act.torch(F, x, *params))
-
-
-_BINDING_POST_OPS = {   # oneDNN algorithm → (attr, scalars, algorithm) of _convolution_pointwise
-    "Relu": lambda a, b: ("relu", [], "") if a == 0 else ("leaky_relu", [a], ""),
-    "Clip": lambda a, b: None if math.isinf(a) or math.isinf(b) else ("hardtanh", [a, b], ""),
-    "Logistic": lambda a, b: ("sigmoid", [], ""), "Tanh": lambda a, b: ("tanh", [], ""),
-    "HardSwish": lambda a, b: ("hardswish", [], ""), "SiLU": lambda a, b: ("swish", [], ""),
-    "GeluErf": lambda a, b: ("gelu", [], "none"), "GeluTanh": lambda a, b: ("gelu", [], "tanh"),
-}
 
 
 def onednn_post_op(node: Node) -> tuple[str, list, str] | None:
@@ -53,7 +44,7 @@ def onednn_post_op(node: Node) -> tuple[str, list, str] | None:
     if not steps:
         return "none", [], ""
     (alg, a, b), = steps
-    post = _BINDING_POST_OPS.get(alg)
+    post = ELTWISE[alg].torch_post_op
     return None if post is None else post(a, b)
 
 

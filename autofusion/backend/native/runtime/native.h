@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "eltwise.h"
 #include "kernel.h"
 
 namespace af {
@@ -35,15 +36,11 @@ enum class Layout { AF_LAYOUTS(AF_ENUMERATOR) };
 enum class Precision { AF_PRECISIONS(AF_ENUMERATOR) };
 
 // One elementwise function: oneDNN's eltwise algorithm with its two parameters, used both as a
-// post-op and as a primitive of its own. The Python side maps activations onto these. SiLU is
-// oneDNN's swish with alpha 1; last in a step, SiLU and GeluTanh run after the primitive, by the
-// runtime itself (gated.h: oneDNN's cost more than twice as much on Zen 4). A program names
-// them as they are spelled here (program.cpp reads the names through these lists).
-#define AF_ALGS(X)                                                                              \
-  X(None) X(Relu) X(Clip) X(Logistic) X(Tanh) X(HardSigmoid) X(HardSwish) X(Elu) X(SiLU)       \
-  X(GeluErf) X(GeluTanh) X(Exp) X(Log) X(Sqrt) X(Abs) X(Linear) X(SoftRelu) X(Round) X(Mish)   \
-  X(Square)
-enum class Alg { AF_ALGS(AF_ENUMERATOR) };
+// post-op and as a primitive of its own. The list is ir/activations.py's ELTWISE (eltwise.h is
+// generated from it); a program names them as they are spelled there (program.cpp reads the
+// names through the list).
+#define AF_ALG_ENUMERATOR(name, onednn, gate) name,
+enum class Alg { AF_ALGS(AF_ALG_ENUMERATOR) };
 struct Act {
   Alg alg = Alg::None;
   float alpha = 0.f, beta = 0.f;

@@ -59,6 +59,21 @@ Alg gate_after(const Acts& acts);
 const char* gate_name(Alg gate);
 Acts post_ops_of(const Acts& acts);
 
+// whether the runtime computes `a` itself when it is last in a step (eltwise.h's gates)
+constexpr bool runtime_gate(Alg a) {
+  switch (a) {
+#define AF_ALG_GATE(name, onednn, gate) \
+  case Alg::name: return gate;
+    AF_ALGS(AF_ALG_GATE)
+#undef AF_ALG_GATE
+  }
+  return false;
+}
+#define AF_ALG_GATES(name, onednn, gate) +gate
+static_assert(runtime_gate(Alg::SiLU) && runtime_gate(Alg::GeluTanh) && 0 AF_ALGS(AF_ALG_GATES) == 2,
+              "gated.h computes SiLU and tanh-GELU, and no other gate");
+#undef AF_ALG_GATES
+
 template <class In, class Out>
 void gate_into(Alg gate, const In* x, Out* y, int64_t n) {
   if (gate == Alg::SiLU) gated_into<Gate::SiLU>(x, y, n);

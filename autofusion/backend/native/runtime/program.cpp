@@ -66,7 +66,7 @@ E named(const std::string& name, const std::vector<std::pair<std::string, E>>& v
 #define AF_NAMED(E, name) {#name, E::name},
 Alg alg(const std::string& name) {
   static const std::vector<std::pair<std::string, Alg>> values{
-#define AF_ALG(name) AF_NAMED(Alg, name)
+#define AF_ALG(name, onednn, gate) AF_NAMED(Alg, name)
       AF_ALGS(AF_ALG)
 #undef AF_ALG
   };

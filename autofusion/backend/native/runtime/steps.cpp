@@ -9,28 +9,11 @@
 namespace af {
 
 dnnl::algorithm eltwise_alg(Alg a) {
-  using A = dnnl::algorithm;
   switch (a) {
-    case Alg::Relu: return A::eltwise_relu;
-    case Alg::Clip: return A::eltwise_clip_v2;
-    case Alg::Logistic: return A::eltwise_logistic;
-    case Alg::Tanh: return A::eltwise_tanh;
-    case Alg::HardSigmoid: return A::eltwise_hardsigmoid;
-    case Alg::HardSwish: return A::eltwise_hardswish;
-    case Alg::Elu: return A::eltwise_elu;
-    case Alg::SiLU: return A::eltwise_swish;   // alpha 1 (a SiLU not last, as a post-op)
-    case Alg::GeluErf: return A::eltwise_gelu_erf;
-    case Alg::GeluTanh: return A::eltwise_gelu_tanh;
-    case Alg::Exp: return A::eltwise_exp;
-    case Alg::Log: return A::eltwise_log;
-    case Alg::Sqrt: return A::eltwise_sqrt;
-    case Alg::Abs: return A::eltwise_abs;
-    case Alg::Linear: return A::eltwise_linear;
-    case Alg::SoftRelu: return A::eltwise_soft_relu;
-    case Alg::Round: return A::eltwise_round;
-    case Alg::Mish: return A::eltwise_mish;
-    case Alg::Square: return A::eltwise_square;
-    case Alg::None: break;
+#define AF_ALG_CASE(name, onednn, gate) \
+  case Alg::name: return dnnl::algorithm::onednn;
+    AF_ALGS(AF_ALG_CASE)
+#undef AF_ALG_CASE
   }
   throw std::runtime_error("no eltwise algorithm");
 }
@@ -52,8 +35,7 @@ dnnl::algorithm binary_alg(Bin b) {
 // rest are oneDNN post-ops
 Alg gate_after(const Acts& acts) {
   if (acts.empty() || !VECTORISED) return Alg::None;
-  Alg last = acts.back().alg;
-  return last == Alg::SiLU || last == Alg::GeluTanh ? last : Alg::None;
+  return runtime_gate(acts.back().alg) ? acts.back().alg : Alg::None;
 }
 
 const char* gate_name(Alg gate) { return gate == Alg::SiLU ? "runtime silu" : "runtime tanh-gelu"; }
@@ -61,7 +43,6 @@ const char* gate_name(Alg gate) { return gate == Alg::SiLU ? "runtime silu" : "r
 Acts post_ops_of(const Acts& acts) {
   return gate_after(acts) != Alg::None ? Acts(acts.begin(), acts.end() - 1) : acts;
 }
-
 
 // `sum`: the destination's own values are added first (a residual the result is written over)
 dnnl::primitive_attr Partition::Impl::attr(const Acts& acts, const std::vector<memory::desc>& binary_adds,
