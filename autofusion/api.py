@@ -10,13 +10,13 @@ from typing import Iterable
 import onnx
 
 from . import progress
-from .backend import CompiledModel, check_supported, evaluate_node
+from .backend import CompiledModel, check_supported
 from .controls import (resolve_backend, resolve_controls, resolve_precision, resolve_region_limits,
                        resolve_size_cache)
 from .errors import AutofusionError
 from .frontend import import_onnx
-from .fusion import optimize
 from .ir import Graph
+from .pipeline import BuildOptions, FusionOptions, compile_graph
 
 Model = str | os.PathLike | onnx.ModelProto | Graph
 
@@ -71,13 +71,10 @@ def compile(model: Model, level: int | None = None,  # noqa: A001 - mirrors torc
     size_cache = resolve_size_cache(size_cache)
     with _without_cycle_collection():
         with progress.step("importing"):
-            graph = load(model, strict)
+            graph = model if isinstance(model, Graph) else import_onnx(model, strict)
         name = Path(model).name if isinstance(model, (str, os.PathLike)) else graph.name
-        with progress.step("fusing"):
-            report = optimize(graph, level, disable, evaluate_node, model_name=name, **limits)
-        with progress.step("lowering and building native code"):
-            return CompiledModel(graph, report, backend, threads, precision, calibration, tolerance,
-                                 size_cache)
+        return compile_graph(graph, name, FusionOptions(level, tuple(disable), limits),
+                             BuildOptions(backend, threads, precision, calibration, tolerance, size_cache))
 
 
 @contextlib.contextmanager

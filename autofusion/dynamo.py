@@ -4,7 +4,7 @@
 Dynamo hands over one FX graph per region between graph breaks. Each is traced to functional
 core ATen on dynamo's fake tensors (frontend/fx_trace.py), imported into the IR with its
 parameters and buffers frozen as constants (frontend/fx_import.py), then compiled as an ONNX model
-is: `fusion.optimize` at the chosen level, then a CompiledModel, which runs it on the caller's
+is, by the compile's steps (pipeline.py), into a CompiledModel, which runs it on the caller's
 tensors. Dynamo's symbolic sizes are the graph's symbolic dims, so a new batch or sequence length
 reuses the graph (native code is specialised per set of sizes, as for dynamic ONNX models).
 
@@ -27,13 +27,13 @@ from typing import Any, Iterable, Sequence
 import torch
 from torch import fx
 
-from .backend import CompiledModel, evaluate_node
+from .backend import CompiledModel
 from .controls import resolve_backend, resolve_controls, resolve_precision
 from .errors import AutofusionError
 from .frontend.fx_import import Fallback, FxImport, import_fx
 from .frontend.fx_trace import UnsupportedGraphError, fakify_dynamo_inputs, trace_aten, trace_module
-from .fusion import optimize
 from .fusion.report import FusionReport
+from .pipeline import BuildOptions, FusionOptions, compile_graph
 
 OPTIONS = ("level", "disable", "backend", "threads", "precision", "calibration", "tolerance")
 
@@ -90,9 +90,10 @@ class Controls:
 
 def compile_imported(imported: FxImport, controls: Controls, name: str) -> CompiledModel:
     """The pipeline ONNX models go through, on an imported graph."""
-    report = optimize(imported.graph, controls.level, controls.disable, evaluate_node, model_name=name)
-    return CompiledModel(imported.graph, TorchReport.of(report, imported.fallbacks), controls.backend,
-                         controls.threads, controls.precision, controls.calibration, controls.tolerance)
+    return compile_graph(imported.graph, name, FusionOptions(controls.level, controls.disable),
+                         BuildOptions(controls.backend, controls.threads, controls.precision, controls.calibration,
+                                      controls.tolerance),
+                         lambda report: TorchReport.of(report, imported.fallbacks))
 
 
 # ---- torch.compile ------------------------------------------------------------------------

@@ -14,13 +14,14 @@ import torch
 from ..errors import NodeExecutionError
 from ..ir import Graph, Node
 from ..ir.control_flow import formal_count
-from .executor import Program
+from .executor import Program, check_supported
 from .impl import Impl, register
 from .lower import lower
 from .torch_cpu.common import kernel, torch_dtype
 
 
 def _program(body: Graph) -> Program:
+    check_supported(body)
     return Program(body, lower(body, "torch"))
 
 

@@ -106,8 +106,8 @@ class Program:
     def __init__(self, graph: Graph, plan: Plan, native: Mapping[int, Callable] = {},
                  native_source: str = "", sizes_memo: int = 0):
         """sizes_memo: the sets of sizes to keep the values computed from sizes alone for (0:
-        none; a call must then give `sizes` for every symbolic dim of the graph's inputs)."""
-        check_supported(graph)
+        none; a call must then give `sizes` for every symbolic dim of the graph's inputs). Every
+        node has a kernel (check_supported: the compile's check step)."""
         self.graph, self.plan, self.native_source = graph, plan, native_source
         self.native = dict(native)
         self.args, self.steps, self.results, self.namespace, self.memoized = \

@@ -82,6 +82,15 @@ class Plan:
     choices: dict[Node, list[str]] = field(default_factory=dict)
     sizes: dict[int, dict[str, int]] = field(default_factory=dict)
 
+    def set_up(self, index: int, nodes: list[Node], kernels: list[str], choices: list[list[str]],
+               sizes: dict[str, int]) -> None:
+        """Native partition `index` was set up for a set of sizes: what runs its nodes, what the
+        runtime chose for them, and for which sizes (the fields above, as last set up)."""
+        self.kernels.update(zip(nodes, kernels))
+        self.choices.update(zip(nodes, choices))
+        if sizes:
+            self.sizes[index] = sizes
+
     def via(self, node: Node) -> str:
         """The node's implementation, with what runs it where its partition says."""
         kernel = self.kernels.get(node)

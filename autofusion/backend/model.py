@@ -1,5 +1,6 @@
 """CompiledModel: a compiled graph as a callable — inputs bound and checked, outputs returned in
-the caller's array type — over the plan's Program (torch kernels and native partitions)."""
+the caller's array type — over the plan's Program (torch kernels and native partitions), which
+the compile's steps made (pipeline.py)."""
 from __future__ import annotations
 
 import os
@@ -9,18 +10,15 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 
-from ..errors import AutofusionError, InputError
+from ..errors import InputError
 from ..ir import Graph, Value
-from ..ir.onnx_runtime_call import onnx_runtime_ops
-from . import native
+from .executor import Program, storage, tensors_of, to_numpy
+from .lower import lower
 from .native import affinity
 from .native.library import SIZE_CACHE, SizesOutOfReach
-from .executor import Program, check_supported, storage, tensors_of, to_numpy
-from .lower import lower
-from .precision import (TOLERANCE, GuardReport, calibration_feeds, guard, output_error,
-                        propagate, resolve)
+from .precision import GuardReport
 from .sizes import SizesCheck
-from .specialise import specialise, symbolic_dims
+from .specialise import symbolic_dims
 from .torch_cpu import TORCH_DTYPES
 
 Array = np.ndarray | torch.Tensor
@@ -33,26 +31,14 @@ class CompiledModel:
     graph's output order. `run(dict)` returns a dict by output name.
     """
 
-    def __init__(self, graph: Graph, report: Any = None, backend: str = "auto",
-                 threads: int | None = None, precision: str = "fp32", calibration: Any = None,
-                 tolerance: float | None = None, size_cache: int | None = None):
-        self.graph = graph
-        self.report = report
-        self.backend = backend
-        self.threads = threads
-        self.size_cache = size_cache or SIZE_CACHE
+    def __init__(self, graph: Graph, program: Program, report: Any = None, threads: int | None = None,
+                 size_cache: int = SIZE_CACHE, guard: GuardReport | None = None):
+        """The compiled graph's program (pipeline.py builds it); the fusion report and the
+        precision guard's findings are kept for the caller to read."""
+        self.graph, self.program, self.plan = graph, program, program.plan
+        self.report, self.guard = report, guard
+        self.backend, self.threads, self.size_cache = self.plan.backend, threads, size_cache
         self.symbols = symbolic_dims(graph)
-        check_supported(graph)
-        self.native_unavailable = native.unavailable() if self.backend != "torch" else None
-        if self.backend == "native" and self.native_unavailable is not None:
-            raise AutofusionError(f"backend 'native' cannot run here: {self.native_unavailable}")
-        self.precision = resolve(precision, self.backend != "torch" and self.native_unavailable is None)
-        self.guard: GuardReport | None = None
-        feeds = reference = None
-        if self.precision.compute != "fp32":
-            feeds, reference = self._guard(calibration, TOLERANCE if tolerance is None else tolerance)
-        self.program = self._program(graph)
-        self.plan = self.program.plan
         self._check_sizes = SizesCheck(self.plan, self.size_cache)
         self.input_names = [v.name for v in graph.inputs]
         self.output_names = [v.name for v in graph.outputs]
@@ -64,71 +50,6 @@ class CompiledModel:
                     and all(isinstance(d, (int, str)) for d in v.shape) for v in graph.inputs)
         self._plain_inputs = ([(TORCH_DTYPES[v.dtype], tuple(v.shape)) for v in graph.inputs]
                               if plain else None)
-        native_symbolic = self.symbols and any(p.target == "native" for p in self.plan.partitions)
-        if report is not None:
-            report.backend = self.plan.summary() + (
-                f"; native partitions are set up for each new set of input sizes on first use, "
-                f"without compiling (the last {self.size_cache} kept)" if native_symbolic else "") + (
-                f"; a call whose inputs hold NaN or an infinity runs on PyTorch kernels (oneDNN's "
-                f"ReLU and Clip, here {len(self.plan.nan_clamping)} node(s), give 0 for NaN)"
-                if self.plan.nan_clamping else "")
-            report.precision = self._precision_report(feeds, reference)
-            report.onnx_runtime = onnx_runtime_ops(graph)
-
-    def _guard(self, calibration: Any, tolerance: float) -> tuple[dict, dict]:
-        """Run the precision guard on the calibration inputs (of the graph specialised to their
-        sizes); the inputs and the fp32 outputs on them."""
-        feeds = calibration_feeds(self.graph, calibration)
-        graph = self.graph
-        if symbolic_dims(graph):
-            graph = specialise(graph, self._check_symbolic_dims(
-                [self._check_input(v, feeds[v.name]) for v in graph.inputs]))
-        plan = lower(graph, self.backend, self.native_unavailable, self.precision.compute)
-        values = propagate(graph, feeds)
-        self.guard = guard(graph, plan, values, tolerance, "random" if calibration is None else "given")
-        return feeds, {v.name: values[v] for v in graph.outputs}
-
-    def _precision_report(self, feeds: dict | None, reference: dict | None) -> dict:
-        """What computed in which precision, what the guard kept in fp32, the end-to-end error."""
-        p = self.precision
-        out = {"requested": p.requested, "compute": p.compute, "note": p.note,
-               "nodes": {n.name: d.precision for n, d in self.plan.decisions.items()}}
-        if self.guard is not None:
-            g = self.guard
-            outs = self.run(feeds)
-            planned = g.precisions()   # of the graph specialised to the calibration sizes
-            out.update(nodes={n: planned.get(n, "fp32") for n in out["nodes"]},
-                       tolerance=g.tolerance, calibration=g.calibration,
-                       checked=[vars(c) for c in g.checked],
-                       end_to_end={k: output_error(outs[k], r) for k, r in reference.items()})
-        return out
-
-    def _program(self, graph: Graph) -> Program:
-        kept = self.guard.kept if self.guard is not None else frozenset()
-        plan = lower(graph, self.backend, self.native_unavailable, self.precision.compute, kept)
-        if plan.native is not None:
-            return Program(graph, plan, {}, "", self.size_cache)
-        # oneDNN splits a primitive's work for the thread count current when it is created, and
-        # runs it on that many threads whatever the count later: the partitions are built with
-        # the model's count, and the process's is given back (torch.compile checks it is kept)
-        before = torch.get_num_threads()
-        self._use_threads()
-        try:
-            partitions, code = native.build_partitions(
-                plan, graph.name, self.size_cache, lambda *built: self._built(plan, *built))
-        finally:
-            if torch.get_num_threads() != before:
-                torch.set_num_threads(before)
-        return Program(graph, plan, partitions, code.text(), self.size_cache)
-
-    @staticmethod
-    def _built(plan, index: int, nodes, kernels, choices, sizes: dict[str, int]) -> None:
-        """A native partition was set up for a set of sizes: the plan shows what runs its nodes,
-        what the runtime chose for them, and for which sizes."""
-        plan.kernels.update(zip(nodes, kernels))
-        plan.choices.update(zip(nodes, choices))
-        if sizes:
-            plan.sizes[index] = sizes
 
     def _use_threads(self) -> None:
         if self.threads is not None and torch.get_num_threads() != self.threads:
@@ -145,8 +66,8 @@ class CompiledModel:
         """The program a call with these inputs runs (checked as a call checks them): the model's,
         or its PyTorch-only form where the inputs need it (NaN and infinities where oneDNN would
         clamp them; sizes that make an empty tensor)."""
-        tensors = [self._check_input(v, a) for v, a in zip(self.graph.inputs, self._bind((), dict(inputs)))]
-        sizes = self._check_symbolic_dims(tensors)
+        tensors = [check_input(v, a) for v, a in zip(self.graph.inputs, self._bind((), dict(inputs)))]
+        sizes = input_sizes(self.graph, tensors)
         program = self.program
         if program.plan.nan_clamping and not program.all_finite(tensors):
             return self._exact(program)
@@ -203,9 +124,9 @@ class CompiledModel:
         else:
             as_numpy = not any(isinstance(a, torch.Tensor) for x in arrays
                                for a in (x if isinstance(x, (list, tuple)) else [x]))
-            tensors = [self._check_input(v, a) for v, a in zip(self.graph.inputs, arrays)]
+            tensors = [check_input(v, a) for v, a in zip(self.graph.inputs, arrays)]
             program = self.program
-            sizes = self._check_symbolic_dims(tensors)
+            sizes = input_sizes(self.graph, tensors)
         sizes = sizes or None
         if sizes:
             self._check_sizes(sizes)
@@ -272,54 +193,58 @@ class CompiledModel:
                     return None
         return sizes
 
-    def _check_input(self, v: Value, a: Array) -> torch.Tensor | list[torch.Tensor]:
-        if v.sequence is not None:   # a list of arrays, each checked as its elements are typed
-            if not isinstance(a, (list, tuple)):
-                raise InputError(f"input {v.name!r}: expected a sequence (a list of arrays, "
-                                 f"{v.type_str()}), got {type(a).__name__}")
-            element = v.sequence
-            return [self._check_input(Value(f"{v.name}[{k}]", element.shape, element.dtype), e)
-                    for k, e in enumerate(a)]
-        if isinstance(a, (list, tuple)):
-            raise InputError(f"input {v.name!r}: expected a tensor ({v.type_str()}), got a "
-                             f"{type(a).__name__}")
-        if a is None:   # an empty optional: the IR holds an optional input as its tensor
-            raise InputError(f"input {v.name!r}: got None; autofusion needs a tensor for every "
-                             "input (an optional one included)")
-        if isinstance(a, torch.Tensor):
-            t = a
-            _check_size(v, tuple(t.shape), t.numel() * t.element_size())
-        else:
-            a = np.asarray(a)
-            if a.dtype == np.object_ or a.dtype.kind in "SU":
-                raise InputError(f"input {v.name!r}: object/string arrays are not supported")
-            _check_size(v, a.shape, a.size * a.itemsize)
-            t = _from_numpy(np.ascontiguousarray(a)) if a.ndim else torch.tensor(a)
-        if v.dtype is not None and TORCH_DTYPES.get(v.dtype) is not None and t.dtype != TORCH_DTYPES[v.dtype]:
-            raise InputError(f"input {v.name!r}: expected dtype {v.dtype.name.lower()}, "
-                             f"got {str(t.dtype).removeprefix('torch.')}")
-        if v.shape is not None:
-            if t.dim() != len(v.shape):
-                raise InputError(f"input {v.name!r}: expected rank {len(v.shape)} "
-                                 f"(shape {v.type_str()}), got shape {tuple(t.shape)}")
-            for axis, (want, got) in enumerate(zip(v.shape, t.shape)):
-                if isinstance(want, int) and want != got:
-                    raise InputError(f"input {v.name!r}: dimension {axis} must be {want} "
-                                     f"(shape {v.type_str()}), got shape {tuple(t.shape)}")
-        return t
 
-    def _check_symbolic_dims(self, tensors: list[torch.Tensor]) -> dict[str, int]:
-        """The size of each symbolic dim; an error where two inputs disagree on one."""
-        seen: dict[str, tuple[int, str]] = {}
-        for v, t in zip(self.graph.inputs, tensors):
-            for axis, d in enumerate(v.shape or ()):
-                if isinstance(d, str):
-                    size = t.shape[axis]
-                    if d in seen and seen[d][0] != size:
-                        raise InputError(f"input {v.name!r}: dimension {axis} ({d!r}) is {size}, "
-                                         f"but {seen[d][1]} gave {d!r} = {seen[d][0]}")
-                    seen.setdefault(d, (size, repr(v.name)))
-        return {d: size for d, (size, _) in seen.items()}
+def check_input(v: Value, a: Array) -> torch.Tensor | list[torch.Tensor]:
+    """The array given for input v as a tensor (sharing its memory where it can), or an
+    InputError naming v."""
+    if v.sequence is not None:   # a list of arrays, each checked as its elements are typed
+        if not isinstance(a, (list, tuple)):
+            raise InputError(f"input {v.name!r}: expected a sequence (a list of arrays, "
+                             f"{v.type_str()}), got {type(a).__name__}")
+        element = v.sequence
+        return [check_input(Value(f"{v.name}[{k}]", element.shape, element.dtype), e)
+                for k, e in enumerate(a)]
+    if isinstance(a, (list, tuple)):
+        raise InputError(f"input {v.name!r}: expected a tensor ({v.type_str()}), got a "
+                         f"{type(a).__name__}")
+    if a is None:   # an empty optional: the IR holds an optional input as its tensor
+        raise InputError(f"input {v.name!r}: got None; autofusion needs a tensor for every "
+                         "input (an optional one included)")
+    if isinstance(a, torch.Tensor):
+        t = a
+        _check_size(v, tuple(t.shape), t.numel() * t.element_size())
+    else:
+        a = np.asarray(a)
+        if a.dtype == np.object_ or a.dtype.kind in "SU":
+            raise InputError(f"input {v.name!r}: object/string arrays are not supported")
+        _check_size(v, a.shape, a.size * a.itemsize)
+        t = _from_numpy(np.ascontiguousarray(a)) if a.ndim else torch.tensor(a)
+    if v.dtype is not None and TORCH_DTYPES.get(v.dtype) is not None and t.dtype != TORCH_DTYPES[v.dtype]:
+        raise InputError(f"input {v.name!r}: expected dtype {v.dtype.name.lower()}, "
+                         f"got {str(t.dtype).removeprefix('torch.')}")
+    if v.shape is not None:
+        if t.dim() != len(v.shape):
+            raise InputError(f"input {v.name!r}: expected rank {len(v.shape)} "
+                             f"(shape {v.type_str()}), got shape {tuple(t.shape)}")
+        for axis, (want, got) in enumerate(zip(v.shape, t.shape)):
+            if isinstance(want, int) and want != got:
+                raise InputError(f"input {v.name!r}: dimension {axis} must be {want} "
+                                 f"(shape {v.type_str()}), got shape {tuple(t.shape)}")
+    return t
+
+
+def input_sizes(graph: Graph, tensors: list) -> dict[str, int]:
+    """The size of each symbolic dim; an error where two inputs disagree on one."""
+    seen: dict[str, tuple[int, str]] = {}
+    for v, t in zip(graph.inputs, tensors):
+        for axis, d in enumerate(v.shape or ()):
+            if isinstance(d, str):
+                size = t.shape[axis]
+                if d in seen and seen[d][0] != size:
+                    raise InputError(f"input {v.name!r}: dimension {axis} ({d!r}) is {size}, "
+                                     f"but {seen[d][1]} gave {d!r} = {seen[d][0]}")
+                seen.setdefault(d, (size, repr(v.name)))
+    return {d: size for d, (size, _) in seen.items()}
 
 
 def _each(fn, x):

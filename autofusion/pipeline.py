@@ -1,0 +1,150 @@
+"""Compiling an imported graph into a CompiledModel, one named step at a time:
+
+    check   every node has a kernel (one error listing all that do not)
+    fuse    the rules and automatic regions of the level asked for, into the fusion report
+            (fusion/pipeline.py)
+    guard   in reduced precision, each reduced node checked against fp32 on calibration inputs
+            (backend/precision.py); those over the tolerance stay fp32
+    lower   the plan: each node's implementation and why, partitions, layouts (backend/lower.py)
+    build   the plan's program: its native partitions set up (runtime library, generated
+            kernels) and the Python that calls them (backend/executor.py)
+    report  what ran where, in which precision, and the precision guard's findings, into the
+            fusion report
+
+api.compile (ONNX files and IR graphs) and the torch.compile backend (dynamo.py) run these
+steps on what they imported; CompiledModel is what the last returns, the callable alone.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from . import progress
+from .backend import native
+from .backend.executor import Program, check_supported, evaluate_node
+from .backend.lower import Plan, lower
+from .backend.model import CompiledModel, check_input, input_sizes
+from .backend.precision import (TOLERANCE, GuardReport, Precision, calibration_feeds, guard, output_error,
+                                propagate, resolve)
+from .backend.specialise import specialise, symbolic_dims
+from .controls import resolve_size_cache
+from .errors import AutofusionError
+from .fusion import optimize
+from .ir import Graph
+from .ir.onnx_runtime_call import onnx_runtime_ops
+
+STEPS = ("check", "fuse", "guard", "lower", "build", "report")
+
+
+@dataclass(frozen=True)
+class FusionOptions:
+    """What a compile asks of fusion (resolved by controls.py)."""
+    level: int = 2
+    disable: tuple[str, ...] = ()
+    region_limits: dict = field(default_factory=dict)   # max_region_nodes / max_region_inputs
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """What a compile asks of the steps after fusion (each resolved by controls.py)."""
+    backend: str = "auto"            # auto | native | torch
+    threads: int | None = None       # the OpenMP threads every kernel uses (None: torch's)
+    precision: str = "fp32"          # what was asked: fp32 | bf16 | fp16
+    calibration: Any = None          # the guard's inputs (None: random)
+    tolerance: float | None = None   # the guard's bound (None: TOLERANCE)
+    size_cache: int | None = None    # sets of sizes each native partition keeps built
+
+
+@dataclass
+class Guarded:
+    """The guard's findings, with the inputs it checked on and the fp32 outputs there."""
+    report: GuardReport
+    feeds: dict
+    reference: dict
+
+
+def compile_graph(graph: Graph, name: str, fusion: FusionOptions, options: BuildOptions,
+                  report_of: Callable[[Any], Any] = lambda report: report) -> CompiledModel:
+    """The steps in order (STEPS); report_of: the fusion report as the caller shows it."""
+    check_supported(graph)
+    with progress.step("fusing"):
+        report = report_of(optimize(graph, fusion.level, list(fusion.disable), evaluate_node, model_name=name,
+                                    **fusion.region_limits))
+    with progress.step("lowering and building native code"):
+        return build_model(graph, report, options)
+
+
+def build_model(graph: Graph, report: Any, options: BuildOptions) -> CompiledModel:
+    """The steps after fusion (guard, lower, build, report) on a checked graph."""
+    unavailable = native.unavailable() if options.backend != "torch" else None
+    if options.backend == "native" and unavailable is not None:
+        raise AutofusionError(f"backend 'native' cannot run here: {unavailable}")
+    precision = resolve(options.precision, options.backend != "torch" and unavailable is None)
+    guarded = (run_guard(graph, options, unavailable, precision) if precision.compute != "fp32" else None)
+    plan = lower(graph, options.backend, unavailable, precision.compute,
+                 guarded.report.kept if guarded is not None else frozenset())
+    size_cache = resolve_size_cache(options.size_cache)
+    program = build(graph, plan, options.threads, size_cache)
+    model = CompiledModel(graph, program, report, options.threads, size_cache,
+                          guarded.report if guarded is not None else None)
+    if report is not None:
+        write_report(report, model, precision, guarded)
+    return model
+
+
+def run_guard(graph: Graph, options: BuildOptions, unavailable: str | None, precision: Precision) -> Guarded:
+    """The precision guard on the calibration inputs, on the graph specialised to their sizes."""
+    feeds = calibration_feeds(graph, options.calibration)
+    checked = graph
+    if symbolic_dims(graph):
+        checked = specialise(graph, input_sizes(graph, [check_input(v, feeds[v.name]) for v in graph.inputs]))
+    plan = lower(checked, options.backend, unavailable, precision.compute)
+    values = propagate(checked, feeds)
+    tolerance = TOLERANCE if options.tolerance is None else options.tolerance
+    found = guard(checked, plan, values, tolerance, "random" if options.calibration is None else "given")
+    return Guarded(found, feeds, {v.name: values[v] for v in checked.outputs})
+
+
+def build(graph: Graph, plan: Plan, threads: int | None, size_cache: int) -> Program:
+    """The plan's program, its native partitions built with the model's thread count: oneDNN
+    splits a primitive's work for the count current when it is created, and runs it on that many
+    threads whatever the count later. The process's count is given back (torch.compile checks
+    that it is kept)."""
+    if plan.native is not None:
+        return Program(graph, plan, {}, "", size_cache)
+    before = torch.get_num_threads()
+    if threads is not None and before != threads:
+        torch.set_num_threads(threads)   # one OpenMP pool: torch's and oneDNN's
+    try:
+        partitions, code = native.build_partitions(plan, graph.name, size_cache, plan.set_up)
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)
+    return Program(graph, plan, partitions, code.text(), size_cache)
+
+
+def write_report(report: Any, model: CompiledModel, precision: Precision, guarded: Guarded | None) -> None:
+    """What runs where and in which precision, into the fusion report; with the guard, the
+    end-to-end error the compiled model makes on the calibration inputs (it runs them)."""
+    plan = model.plan
+    native_symbolic = model.symbols and any(p.target == "native" for p in plan.partitions)
+    report.backend = plan.summary() + (
+        f"; native partitions are set up for each new set of input sizes on first use, "
+        f"without compiling (the last {model.size_cache} kept)" if native_symbolic else "") + (
+        f"; a call whose inputs hold NaN or an infinity runs on PyTorch kernels (oneDNN's "
+        f"ReLU and Clip, here {len(plan.nan_clamping)} node(s), give 0 for NaN)"
+        if plan.nan_clamping else "")
+    nodes = {n.name: d.precision for n, d in plan.decisions.items()}
+    report.precision = {"requested": precision.requested, "compute": precision.compute,
+                        "note": precision.note, "nodes": nodes}
+    if guarded is not None:
+        g = guarded.report
+        outs = model.run(guarded.feeds)
+        planned = g.precisions()   # of the graph specialised to the calibration sizes
+        report.precision.update(nodes={n: planned.get(n, "fp32") for n in nodes},
+                                tolerance=g.tolerance, calibration=g.calibration,
+                                checked=[vars(c) for c in g.checked],
+                                end_to_end={k: output_error(outs[k], r) for k, r in guarded.reference.items()})
+    report.onnx_runtime = onnx_runtime_ops(model.graph)
