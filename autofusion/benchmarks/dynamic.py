@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..measure import time_in_blocks
 from . import models, timing
 from .runner import short_error
 from .systems import Autofusion, ModelCase, OnnxRuntime, OpenVino, as_arrays, max_rel_diff
@@ -86,7 +87,7 @@ def zoo(names: list[str], out: Path, args) -> list[dict]:
                 reference = reference if reference is not None else outputs
                 row.setdefault("max_rel_diff", {})[label] = max_rel_diff(outputs, reference)
                 ready[label] = system.run
-            times = timing.time_in_blocks(ready, rounds=args.rounds, block=args.block, warmup=args.warmup,
+            times = time_in_blocks(ready, rounds=args.rounds, block=args.block, warmup=args.warmup,
                                           pause_s=0.2, describe_error=short_error)
             rounds = {k: timing.round_medians(v, args.block) for k, v in times.samples.items() if v}
             row["median_ms"] = {k: float(np.median(v)) for k, v in rounds.items()}

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from ..measure import time_in_blocks
 from . import models, timing
 from .progress import Progress
 from .systems import (PRECISION_TOLERANCE, REFERENCE, ModelCase, System, all_systems, as_arrays,
@@ -158,7 +159,7 @@ def time_systems(ready: dict[str, System], model: str, results: dict[str, dict],
         when = "warm-up" if round_index < 0 else f"round {round_index + 1}/{settings.rounds}"
         progress.detail(f"{model}: {when} {results[system]['label']}")
 
-    timings = timing.time_in_blocks(
+    timings = time_in_blocks(
         {n: s.run for n, s in ready.items()}, rounds=settings.rounds, block=settings.block,
         warmup=settings.warmup, pause_s=settings.pause_s, on_block=show_block,
         describe_error=short_error)

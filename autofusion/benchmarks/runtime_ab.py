@@ -27,7 +27,8 @@ import onnx
 import autofusion
 from autofusion.backend.native import build
 
-from .timing import paired_ratio, round_medians, summarize, time_in_blocks
+from ..measure import time_in_blocks
+from .timing import paired_ratio, round_medians, summarize
 
 
 def runtime_at(rev: str, into: Path) -> Path:

@@ -52,7 +52,8 @@ from torch import nn
 from . import models
 from .machine import machine_info
 from .systems import PRECISION_TOLERANCE, max_rel_diff
-from .timing import summarize, time_in_blocks
+from ..measure import time_in_blocks
+from .timing import summarize
 
 # float outputs: max abs difference / the ORT output's max magnitude, per autofusion precision
 # (a reduced one's is the zoo's: systems.py)

@@ -33,7 +33,8 @@ import torch
 import autofusion
 from autofusion.benchmarks import models
 from autofusion.benchmarks.cli import pin_threads
-from autofusion.benchmarks.timing import summarize, time_in_blocks
+from autofusion.benchmarks.timing import summarize
+from autofusion.measure import time_in_blocks
 
 MODELS = ["resnet50", "mobilenet_v3_large", "bert-base", "gpt2"]
 SYSTEMS = ["eager", "inductor-freezing", "autofusion", "autofusion-onnx"]

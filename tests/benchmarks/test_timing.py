@@ -1,5 +1,6 @@
 """The block-alternating timer's schedule (which system runs when), with stand-in systems."""
-from autofusion.benchmarks.timing import paired_ratio, round_medians, summarize, time_in_blocks
+from autofusion.benchmarks.timing import paired_ratio, round_medians, summarize
+from autofusion.measure import time_in_blocks
 
 
 def _recording(calls, name, fail_on_call=None):
