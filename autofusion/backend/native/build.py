@@ -26,8 +26,6 @@ from ...errors import AutofusionError
 
 RUNTIME_DIR = Path(__file__).parent / "runtime"
 FLAGS = ("-O3", "-march=native", "-std=c++17", "-fopenmp", "-fPIC", "-shared")
-RUNTIME_SOURCES = ("values.cpp", "steps.cpp", "attention.cpp", "own_loops.cpp", "arena.cpp", "c_api.cpp",
-                   "program.cpp")
 # the generated kernels' loops (vectorised for this CPU, OpenMP)
 KERNEL_FLAGS = ("-O2", "-march=native", "-fno-math-errno", "-std=c++17", "-fopenmp", "-fPIC", "-shared")
 
@@ -124,7 +122,7 @@ def _headers() -> list[str]:
 
 def runtime_library(tc: Toolchain) -> Path:
     """The runtime library, built on first use."""
-    sources = [RUNTIME_DIR / name for name in RUNTIME_SOURCES]
+    sources = sorted(RUNTIME_DIR.glob("*.cpp"))   # its rooms (partition.h) and program.cpp
     out = cache_dir() / f"libafrt-{tc.key(*_headers(), *(s.read_text() for s in sources))}.so"
     return _build(tc, out, sources, FLAGS,
                   [f"-I{RUNTIME_DIR}", f"-I{tc.include}", f"-L{tc.lib}", link_name(tc.lib),
