@@ -30,7 +30,7 @@ import torch
 from torch import fx
 
 from ..errors import GraphError
-from ..ir import DType, Graph, GraphBuilder, Value, symbolic
+from ..ir import DType, Graph, GraphBuilder, Value, symbolic, verify
 from ..ir.torch_call import TORCH_DOMAIN
 from . import aten_ops
 from .fx_trace import UnsupportedGraphError
@@ -363,5 +363,5 @@ def import_fx(gm: fx.GraphModule, constants: dict[int, torch.Tensor] | None = No
     """An ATen FX graph as an IR graph. `constants`: placeholder index → the tensor to freeze
     there (parameters and buffers); `names`: a name per placeholder."""
     result = FxImporter(gm, constants or {}, names, graph_name).run()
-    result.graph.verify()
+    verify(result.graph)
     return result

@@ -28,7 +28,8 @@ from onnx import helper
 
 from ..errors import ModelLoadError, UnsupportedOpError
 from ..ir import DType, Graph, Shape, Value, lookup, op_key
-from ..ir.control_flow import BODIES, merge_shapes
+from ..ir.control_flow import BODIES
+from ..ir.dims import merge_shapes
 from ..ir.graph import SequenceType
 from ..ir.symbolic import names_and_sizes
 from .onnx_runtime_groups import _free_names

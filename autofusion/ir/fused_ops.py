@@ -17,10 +17,10 @@ import numpy as np
 from .activations import activation as activation_of_node, apply_activation, gelu as gelu_in_onnx
 from .activations import ACTIVATIONS, scalar_constant
 from .builder import FUSED_DOMAIN, GraphBuilder, fused
+from .dims import matmul_shape
 from .graph import Graph, Node, Value
 from .ops import OpClass, OpDef, register
 from .scalar import register_expression
-from .shapes import matmul_shape
 
 Decompose = Callable[..., "list[Value]"]
 DECOMPOSITIONS: dict[str, Decompose] = {}

@@ -16,11 +16,11 @@ import numpy as np
 
 from ...ir import DType, Node, Value
 from ...ir.activations import activation, clip_bounds
+from ...ir.attributes import opset_of
 from ...ir.builder import fused
 from ...ir.dims import slice_bounds, symbolic_slice_bounds
 from ...ir.geometry import explicit_pads
 from ...ir.region_space import LayoutError, reduced_axes
-from ...ir.shapes import opset_of
 from ...ir.symbolic import add, is_size, maximum, mul, product, sub
 from ..impl import Impl, implementations, register
 from .emit import PartitionSource, dims
