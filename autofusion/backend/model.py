@@ -12,8 +12,7 @@ import torch
 from ..errors import AutofusionError, InputError
 from ..ir import Graph, Value
 from ..ir.onnx_runtime_call import onnx_runtime_ops
-from . import native
-from .native import affinity
+from .native import affinity, build_partitions, unavailable
 from .native.library import SIZE_CACHE, SizesOutOfReach
 from .executor import Program, check_supported, storage, tensors_of, to_numpy
 from .lower import lower
@@ -43,7 +42,7 @@ class CompiledModel:
         self.size_cache = size_cache or SIZE_CACHE
         self.symbols = symbolic_dims(graph)
         check_supported(graph)
-        self.native_unavailable = native.unavailable() if self.backend != "torch" else None
+        self.native_unavailable = unavailable() if self.backend != "torch" else None
         if self.backend == "native" and self.native_unavailable is not None:
             raise AutofusionError(f"backend 'native' cannot run here: {self.native_unavailable}")
         self.precision = resolve(precision, self.backend != "torch" and self.native_unavailable is None)
@@ -114,7 +113,7 @@ class CompiledModel:
         before = torch.get_num_threads()
         self._use_threads()
         try:
-            partitions, code = native.build_partitions(
+            partitions, code = build_partitions(
                 plan, graph.name, self.size_cache, lambda *built: self._built(plan, *built))
         finally:
             if torch.get_num_threads() != before:

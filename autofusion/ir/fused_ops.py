@@ -183,6 +183,18 @@ def attention(op: GraphBuilder, node: Node, q, k, v, mask=None):
     return [op.MatMul(p, v)]
 
 
+# what an Attention's mask may be where a kernel takes it whole (every backend asks the same)
+def mask_fits(mask: tuple | None, scores: tuple) -> bool:
+    """Whether a mask of this shape broadcasts to the scores without growing them."""
+    return mask is not None and len(mask) <= len(scores) and \
+        all(d == 1 or (d is not None and d == s) for d, s in zip(reversed(mask), reversed(scores)))
+
+
+def mask_dead_rows(mask: np.ndarray) -> bool:
+    """Whether a constant mask rules some query row out everywhere."""
+    return bool(np.isneginf(mask).all(-1).any()) if mask.ndim else bool(np.isneginf(mask))
+
+
 @fused_op("PoolGemm", OpClass.COMPLEX)
 def pool_gemm(op: GraphBuilder, node: Node, x, w, b=None):
     """Gemm(Flatten(GlobalAveragePool(x)), w, b): the Conv-network classifier head."""
