@@ -9,7 +9,6 @@ from typing import Iterable
 
 import onnx
 
-from . import progress
 from .backend import CompiledModel, check_supported, evaluate_node
 from .controls import (resolve_backend, resolve_controls, resolve_precision, resolve_region_limits,
                        resolve_size_cache)
@@ -17,6 +16,7 @@ from .errors import AutofusionError
 from .frontend import import_onnx
 from .fusion import optimize
 from .ir import Graph
+from .progress import step
 
 Model = str | os.PathLike | onnx.ModelProto | Graph
 
@@ -70,12 +70,12 @@ def compile(model: Model, level: int | None = None,  # noqa: A001 - mirrors torc
     precision = resolve_precision(precision)
     size_cache = resolve_size_cache(size_cache)
     with _without_cycle_collection():
-        with progress.step("importing"):
+        with step("importing"):
             graph = load(model, strict)
         name = Path(model).name if isinstance(model, (str, os.PathLike)) else graph.name
-        with progress.step("fusing"):
+        with step("fusing"):
             report = optimize(graph, level, disable, evaluate_node, model_name=name, **limits)
-        with progress.step("lowering and building native code"):
+        with step("lowering and building native code"):
             return CompiledModel(graph, report, backend, threads, precision, calibration, tolerance,
                                  size_cache)
 
