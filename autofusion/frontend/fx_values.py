@@ -12,10 +12,8 @@ from torch import fx
 
 from .fx_trace import UnsupportedGraphError
 from ..ir import DType, symbolic
-from ..ir.dtypes import torch_dtypes
+from ..ir.dtypes import dtypes_of_torch
 
-# the inverse of the torch kernels' own table: one map of element types
-TORCH_TO_DTYPE = {t: d for d, t in torch_dtypes().items()}
 INT64_MAX = 2**63 - 1
 
 
@@ -24,9 +22,9 @@ class Unmapped(Exception):
 
 
 def dtype_of(t: torch.dtype, where: str) -> DType:
-    if t not in TORCH_TO_DTYPE:
+    if t not in dtypes_of_torch():
         raise UnsupportedGraphError(f"{where}: element type {t} has no IR type")
-    return TORCH_TO_DTYPE[t]
+    return dtypes_of_torch()[t]
 
 
 def ir_dim(d):
