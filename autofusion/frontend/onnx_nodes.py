@@ -52,8 +52,8 @@ def is_subgraph(a: onnx.AttributeProto) -> bool:
 def import_node(graph: Graph, n: onnx.NodeProto, name: str, named, values: dict[str, Value],
                 types: dict, where: str, model: onnx.ModelProto) -> None:
     """One ONNX node into the graph: `named` finds the values it reads, `values` takes the ones
-    it writes, `types` has their ONNX-inferred types. (The main graph's loop and each subgraph
-    body's (onnx_subgraphs.py) import their nodes with it.)"""
+    it writes, `types` has their ONNX-inferred types. (The main graph's loop, in onnx_import.py,
+    and each subgraph body's, below, import their nodes with it.)"""
     attrs = {a.name: attribute_value(a, f"{where}{name}") for a in n.attribute if not is_subgraph(a)}
     if n.op_type == "Constant" and n.domain == "":
         values[n.output[0]] = graph.add_constant(n.output[0], _constant_attr(attrs, name))
