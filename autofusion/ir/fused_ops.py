@@ -21,6 +21,7 @@ from .dims import matmul_shape
 from .graph import Graph, Node, Value
 from .ops import OpClass, OpDef, register
 from .scalar import register_expression
+from .shapes.elementwise import same_as_input
 
 Decompose = Callable[..., "list[Value]"]
 DECOMPOSITIONS: dict[str, Decompose] = {}
@@ -33,10 +34,6 @@ def fused_op(name: str, op_class: OpClass, infer=None):
         DECOMPOSITIONS[name] = fn
         return fn
     return deco
-
-
-def _same_as_input(node: Node):
-    return [(node.inputs[0].shape, node.inputs[0].dtype)]
 
 
 def _product(node: Node):
@@ -86,7 +83,7 @@ def fused_matmul(op: GraphBuilder, node: Node, a, b, c=None, residual=None):
     return [apply_activation(op, node, y)]
 
 
-@fused_op("LayerNorm", OpClass.REDUCTION, _same_as_input)
+@fused_op("LayerNorm", OpClass.REDUCTION, same_as_input)
 def layer_norm(op: GraphBuilder, node: Node, x, scale=None, bias=None, residual=None):
     """LayerNormalization(x + residual): layer norm over the axes from `axis` on, with the
     residual add in front of it; scale and bias (of the normalized shape) may be omitted."""
@@ -96,7 +93,7 @@ def layer_norm(op: GraphBuilder, node: Node, x, scale=None, bias=None, residual=
                     scale, bias)]
 
 
-@fused_op("RMSNorm", OpClass.REDUCTION, _same_as_input)
+@fused_op("RMSNorm", OpClass.REDUCTION, same_as_input)
 def rms_norm(op: GraphBuilder, node: Node, x, scale=None):
     """x / √(mean(x², axis) + ε) · scale over the axes from `axis` on; scale may be omitted."""
     return [_affine(op, _rms_scaled(op, x, node.attr("axis", -1), node.attr("epsilon", 1e-6)), scale)]
@@ -138,13 +135,13 @@ def reduce_mean(op: GraphBuilder, x: Value, axes: list[int]) -> Value:
     return op.ReduceMean(x, axes=axes, keepdims=1)
 
 
-@fused_op("Gelu", OpClass.ELEMWISE, _same_as_input)
+@fused_op("Gelu", OpClass.ELEMWISE, same_as_input)
 def gelu(op: GraphBuilder, node: Node, x):
     """GELU, exact (erf) or with the tanh approximation."""
     return [gelu_in_onnx(op, x, node.attr("approximate", "none"))]
 
 
-@fused_op("Activation", OpClass.ELEMWISE, _same_as_input)
+@fused_op("Activation", OpClass.ELEMWISE, same_as_input)
 def activation(op: GraphBuilder, node: Node, x):
     """A named activation (SiLU, HardSwish, …) written out in primitive ops in the model."""
     return [apply_activation(op, node, x)]
