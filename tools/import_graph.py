@@ -93,14 +93,14 @@ def package_graph(graph: Graph, root: Path = ROOT) -> dict[str, dict[str, int]]:
     """Package -> package it imports -> how many module edges; none between a package and one
     inside it."""
     files = module_files(root)
-    edges: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    edges: dict[str, dict[str, int]] = {}
     for a, targets in graph.items():
         pa = package_of(a, files)
-        edges[pa]
+        counts = edges.setdefault(pa, {})
         for b in targets:
             pb = package_of(b, files)
             if pa != pb and not pb.startswith(pa + ".") and not pa.startswith(pb + "."):
-                edges[pa][pb] += 1
+                counts[pb] = counts.get(pb, 0) + 1
     return {p: dict(sorted(e.items())) for p, e in sorted(edges.items())}
 
 
