@@ -9,7 +9,6 @@ from typing import Iterable
 
 import onnx
 
-from . import progress
 from .backend import CompiledModel, check_supported
 from .controls import (resolve_backend, resolve_controls, resolve_precision, resolve_region_limits,
                        resolve_size_cache)
@@ -17,6 +16,7 @@ from .errors import AutofusionError
 from .frontend import import_onnx
 from .ir import Graph
 from .pipeline import BuildOptions, FusionOptions, compile_graph
+from .progress import step
 
 Model = str | os.PathLike | onnx.ModelProto | Graph
 
@@ -70,7 +70,7 @@ def compile(model: Model, level: int | None = None,  # noqa: A001 - mirrors torc
     precision = resolve_precision(precision)
     size_cache = resolve_size_cache(size_cache)
     with _without_cycle_collection():
-        with progress.step("importing"):
+        with step("importing"):
             graph = model if isinstance(model, Graph) else import_onnx(model, strict)
         name = Path(model).name if isinstance(model, (str, os.PathLike)) else graph.name
         return compile_graph(graph, name, FusionOptions(level, tuple(disable), limits),

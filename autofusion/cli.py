@@ -161,7 +161,7 @@ def cmd_info(args) -> int:
 
     from .backend import KERNELS
     from .frontend import load_model
-    from .frontend.onnx_import import value_type
+    from .frontend.onnx_values import value_type
     from .frontend.onnx_runtime_groups import bodies_run_here
     from .ir import op_key
 

@@ -34,7 +34,7 @@ from .ir import (
     register,
 )
 from .ir.scalar import c_float, expression, register_expression
-from .ir.shapes import _broadcast
+from .ir.shapes import elementwise
 
 CLASSES = {"elementwise": OpClass.ELEMWISE, "broadcast": OpClass.BROADCAST,
            "injective": OpClass.INJECTIVE, "reduction": OpClass.REDUCTION,
@@ -63,7 +63,7 @@ def register_op(domain: str, name: str, op_class: str = "elementwise", *,
         raise AutofusionError(f"custom op {domain}::{name}: a {op_class} op needs its shape rule (shape=)")
     if lookup(domain, name) is not None:
         raise AutofusionError(f"custom op {domain}::{name} is already registered")
-    opdef = register(OpDef(name, cls, shape or _broadcast, domain=domain,
+    opdef = register(OpDef(name, cls, shape or elementwise.broadcast, domain=domain,
                            doc=(decomposition or torch).__doc__ or ""))
     key = f"{domain}::{name}"
     if decomposition is not None and cls <= OpClass.BROADCAST:

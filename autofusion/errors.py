@@ -31,7 +31,7 @@ class UnsupportedOpError(AutofusionError):
 
 
 class GraphError(AutofusionError):
-    """The graph breaks an IR invariant (raised by Graph.verify and by the importer)."""
+    """The graph breaks an IR invariant (raised by ir.verify and by the importer)."""
 
 
 class InputError(AutofusionError, ValueError):

@@ -21,11 +21,10 @@ from typing import Any, Callable
 
 import torch
 
-from . import progress
-from .backend import native
 from .backend.executor import Program, check_supported, evaluate_node
 from .backend.lower import Plan, lower
 from .backend.model import CompiledModel, check_input, input_sizes
+from .backend.native import build_partitions, unavailable
 from .backend.precision import (TOLERANCE, GuardReport, Precision, calibration_feeds, guard, output_error,
                                 propagate, resolve)
 from .backend.specialise import specialise, symbolic_dims
@@ -34,6 +33,7 @@ from .errors import AutofusionError
 from .fusion import optimize
 from .ir import Graph
 from .ir.onnx_runtime_call import onnx_runtime_ops
+from .progress import step
 
 STEPS = ("check", "fuse", "guard", "lower", "build", "report")
 
@@ -69,21 +69,21 @@ def compile_graph(graph: Graph, name: str, fusion: FusionOptions, options: Build
                   report_of: Callable[[Any], Any] = lambda report: report) -> CompiledModel:
     """The steps in order (STEPS); report_of: the fusion report as the caller shows it."""
     check_supported(graph)
-    with progress.step("fusing"):
+    with step("fusing"):
         report = report_of(optimize(graph, fusion.level, list(fusion.disable), evaluate_node, model_name=name,
                                     **fusion.region_limits))
-    with progress.step("lowering and building native code"):
+    with step("lowering and building native code"):
         return build_model(graph, report, options)
 
 
 def build_model(graph: Graph, report: Any, options: BuildOptions) -> CompiledModel:
     """The steps after fusion (guard, lower, build, report) on a checked graph."""
-    unavailable = native.unavailable() if options.backend != "torch" else None
-    if options.backend == "native" and unavailable is not None:
-        raise AutofusionError(f"backend 'native' cannot run here: {unavailable}")
-    precision = resolve(options.precision, options.backend != "torch" and unavailable is None)
-    guarded = (run_guard(graph, options, unavailable, precision) if precision.compute != "fp32" else None)
-    plan = lower(graph, options.backend, unavailable, precision.compute,
+    why_not_native = unavailable() if options.backend != "torch" else None
+    if options.backend == "native" and why_not_native is not None:
+        raise AutofusionError(f"backend 'native' cannot run here: {why_not_native}")
+    precision = resolve(options.precision, options.backend != "torch" and why_not_native is None)
+    guarded = (run_guard(graph, options, why_not_native, precision) if precision.compute != "fp32" else None)
+    plan = lower(graph, options.backend, why_not_native, precision.compute,
                  guarded.report.kept if guarded is not None else frozenset())
     size_cache = resolve_size_cache(options.size_cache)
     program = build(graph, plan, options.threads, size_cache)
@@ -94,13 +94,13 @@ def build_model(graph: Graph, report: Any, options: BuildOptions) -> CompiledMod
     return model
 
 
-def run_guard(graph: Graph, options: BuildOptions, unavailable: str | None, precision: Precision) -> Guarded:
+def run_guard(graph: Graph, options: BuildOptions, why_not_native: str | None, precision: Precision) -> Guarded:
     """The precision guard on the calibration inputs, on the graph specialised to their sizes."""
     feeds = calibration_feeds(graph, options.calibration)
     checked = graph
     if symbolic_dims(graph):
         checked = specialise(graph, input_sizes(graph, [check_input(v, feeds[v.name]) for v in graph.inputs]))
-    plan = lower(checked, options.backend, unavailable, precision.compute)
+    plan = lower(checked, options.backend, why_not_native, precision.compute)
     values = propagate(checked, feeds)
     tolerance = TOLERANCE if options.tolerance is None else options.tolerance
     found = guard(checked, plan, values, tolerance, "random" if options.calibration is None else "given")
@@ -118,7 +118,7 @@ def build(graph: Graph, plan: Plan, threads: int | None, size_cache: int) -> Pro
     if threads is not None and before != threads:
         torch.set_num_threads(threads)   # one OpenMP pool: torch's and oneDNN's
     try:
-        partitions, code = native.build_partitions(plan, graph.name, size_cache, plan.set_up)
+        partitions, code = build_partitions(plan, graph.name, size_cache, plan.set_up)
     finally:
         if torch.get_num_threads() != before:
             torch.set_num_threads(before)

@@ -70,6 +70,12 @@ class Profile:
     def by_node(self) -> dict[str, NodeTime]:
         return {n.node: n for n in self.nodes}
 
+    def unattributed(self) -> list[tuple[str, float]]:
+        """What no node holds, labelled, s/run: the native partitions' boundaries (where any
+        node ran natively), then the rest of the run. The text and the HTML page both list it."""
+        boundaries = [(BOUNDARIES, self.boundaries)] if any(n.where != "torch" for n in self.nodes) else []
+        return boundaries + [(OUTSIDE, self.outside)]
+
     def text(self, top: int = 20) -> str:
         return profile_text(self, top)
 
@@ -186,9 +192,7 @@ def profile_text(prof: Profile, top: int = 20) -> str:
     labelled = [(columns(n.node, n.op, n.impl, n.where), n.seconds) for n in shown]
     if rest:
         labelled.append((f"the other {len(rest)} node(s)", sum(n.seconds for n in rest)))
-    if any(n.where != "torch" for n in prof.nodes):
-        labelled.append((BOUNDARIES, prof.boundaries))
-    labelled.append((OUTSIDE, prof.outside))
+    labelled += prof.unattributed()
     head = columns("node", "op", "implementation", "runs on")
     width = max(len(text) for text, _ in labelled + [(head, 0.0)])
     left_out = (f"; {prof.left_out} profiled run(s) over {OUTLIER}x the median left out"

@@ -1,7 +1,8 @@
-"""The torch kernels of If, Loop and Scan (ir/control_flow.py): each body is compiled once, at
-build time, into a Program of its own (the generated straight-line Python over PyTorch kernels
-that runs any graph, executor.py), and the kernel calls it per branch taken, per iteration, per
-slice. A failure inside a body names the body's node.
+"""The torch kernels of the ops with bodies, If, Loop, Scan (ir/control_flow.py) and SequenceMap
+(ir/sequences.py): each body is compiled once, at build time, into a Program of its own (the
+generated straight-line Python over PyTorch kernels that runs any graph, executor.py), and the
+kernel calls it per branch taken, per iteration, per slice, per element. A failure inside a
+body names the body's node.
 
 On the native backend these nodes are torch steps between native partitions, like every op
 with only a PyTorch implementation (lower.py); their bodies run on PyTorch. Output shapes come
@@ -44,12 +45,6 @@ def _in_body(node: Node, key: str, run):
         except NodeExecutionError as e:
             raise NodeExecutionError(f"{e.node_desc} in the {key} of {node.describe()}", e.cause) from e
     return call
-
-
-def body_step(node: Node, key: str):
-    """The node's subgraph `key` compiled once: a callable whose failures name the body's node
-    (If, Loop, Scan here; SequenceMap in torch_cpu/sequence.py)."""
-    return _in_body(node, key, _program(node.attrs[key]))
 
 
 @kernel("If")
@@ -129,6 +124,29 @@ def scan(node: Node):
                 continue
             stacked.append(torch.stack(s[::-1] if r else s, axis % (s[0].dim() + 1)))
         return _one_or_tuple(state + stacked)
+    return run
+
+
+@kernel("SequenceMap")
+def sequence_map(node: Node):
+    """The body once per position of the sequence inputs (each a tensor of its own), the tensor
+    inputs given whole each time; each body output gathered into a sequence."""
+    step = _in_body(node, "body", _program(node.attrs["body"]))
+    n_out = len(node.outputs)
+    # the ONNX inputs that are sequences run per element; tensors and captured values go whole
+    is_seq = [v is not None and v.sequence is not None and i < formal_count(node)
+              for i, v in enumerate(node.inputs)]
+
+    def run(*args):
+        lengths = {len(a) for a, s in zip(args, is_seq) if s}
+        if len(lengths) > 1:
+            raise ValueError(f"SequenceMap: the input sequences have different lengths {sorted(lengths)}")
+        outs: list[list[torch.Tensor]] = [[] for _ in range(n_out)]
+        for k in range(lengths.pop()):
+            results = step(*(a[k] if s else a for a, s in zip(args, is_seq)))
+            for acc, r in zip(outs, results):
+                acc.append(r)
+        return outs[0] if n_out == 1 else tuple(outs)
     return run
 
 

@@ -27,11 +27,10 @@ from onnx import helper, numpy_helper
 
 from ..errors import KernelBuildError
 from ..ir import DType, Node, Value
+from ..ir.dtypes import dtypes_of_torch
 from ..ir.onnx_runtime_call import ORT_KEY
 from .impl import Impl, register
-from .torch_cpu import KERNELS, TORCH_DTYPES
-
-ONNX_TYPE = {t: d for d, t in TORCH_DTYPES.items()}   # torch dtype -> its ONNX element type
+from .torch_cpu import KERNELS
 
 
 def _initializer(name: str, v: Value) -> onnx.TensorProto:
@@ -99,8 +98,8 @@ def _element_type(v: Value) -> DType | None:
 
 def _run_time_type(t: torch.Tensor | list) -> DType:
     if isinstance(t, list):   # a sequence: its elements' type (float for an empty one)
-        return ONNX_TYPE[t[0].dtype] if t else DType.FLOAT
-    return ONNX_TYPE[t.dtype]
+        return dtypes_of_torch()[t[0].dtype] if t else DType.FLOAT
+    return dtypes_of_torch()[t.dtype]
 
 
 def _onnx_runtime_call(node: Node) -> Callable:

@@ -31,7 +31,6 @@ from typing import Any
 from ..errors import AutofusionError
 from ..fusion.report import FusionReport
 from ..ir import Graph
-from ..profiling import BOUNDARIES, OUTSIDE
 from .dot import dot_source
 from .graph_views import PARTITION, REMOVED, STUB, View, graph_views, heat
 from .graphviz import find_dot, render_svg
@@ -202,9 +201,7 @@ def _profile_table(profile: Any) -> str:
     rows = [row(n.node, n.op, n.impl, n.where, n.seconds, find=True) for n in shown]
     if rest:
         rows.append(row(f"the other {len(rest)} node(s)", "", "", "", sum(n.seconds for n in rest)))
-    if any(n.where != "torch" for n in profile.nodes):
-        rows.append(row(BOUNDARIES, "", "", "", profile.boundaries))
-    rows.append(row(OUTSIDE, "", "", "", profile.outside))
+    rows += [row(label, "", "", "", seconds) for label, seconds in profile.unattributed()]
     total = (f"Nodes in total {profile.node_total * 1e3:.3f} ms per run, "
              f"{profile.node_total / profile.profiled:.1%} of the profiled run "
              f"({profile.profiled * 1e3:.3f} ms, the mean). Whole run: median "

@@ -19,17 +19,15 @@ from __future__ import annotations
 import math
 import operator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import numpy as np
 import torch
 from torch import fx
 
 from ..ir import Value
-from .fx_values import INT64_MAX, Lowering, Unmapped, bind, dtype_of, ir_dim, meta_of
-
-if TYPE_CHECKING:
-    from .fx_import import FxImporter
+from .fx_values import INT64_MAX, Unmapped, bind, dtype_of, ir_dim, meta_of
+from .fx_writer import FxWriter, Lowering
 
 aten = torch.ops.aten
 LOWERINGS: dict[Any, Lowering] = {}
@@ -78,7 +76,7 @@ UNARY = {aten.relu.default: "Relu", aten.sigmoid.default: "Sigmoid", aten.tanh.d
 
 
 def unary(onnx_op: str) -> Lowering:
-    def lower(imp: FxImporter, node: fx.Node):
+    def lower(imp: FxWriter, node: fx.Node):
         x = node.args[0]
         dtype = torch.bool if onnx_op == "Not" else meta_of(x).dtype
         return getattr(imp.op, onnx_op)(imp.cast(imp.value(x), dtype))
@@ -182,7 +180,7 @@ def common_dtype(*args) -> torch.dtype:
 
 
 def binary(onnx_op: str) -> Lowering:
-    def lower(imp: FxImporter, node: fx.Node):
+    def lower(imp: FxWriter, node: fx.Node):
         x, y = node.args[0], node.args[1]
         dtype = out_dtype(node)
         if onnx_op == "Div" and bind(node).get("rounding_mode") is not None:
@@ -196,7 +194,7 @@ def binary(onnx_op: str) -> Lowering:
 
 
 def compare(onnx_op: str, negate: bool) -> Lowering:
-    def lower(imp: FxImporter, node: fx.Node):
+    def lower(imp: FxWriter, node: fx.Node):
         x, y = node.args[0], node.args[1]
         dtype = torch.bool if onnx_op in ("And", "Or", "Xor") else common_dtype(x, y)
         out = getattr(imp.op, onnx_op)(imp.operand(x, dtype), imp.operand(y, dtype))
@@ -212,7 +210,7 @@ for _target, _op in COMPARE.items():
 
 def bitwise(logical: str, bitwise_op: str) -> Lowering:
     """And/Or/Xor on bools (the masks transformers builds), BitwiseAnd/… on integers."""
-    def lower(imp: FxImporter, node: fx.Node):
+    def lower(imp: FxWriter, node: fx.Node):
         dtype = out_dtype(node)
         if dtype.is_floating_point:
             raise Unmapped("bitwise ops on floats")
@@ -474,7 +472,7 @@ def _axes(imp, x, dims) -> Value | None:
 
 
 def reduction(onnx_op: str) -> Lowering:
-    def lower(imp: FxImporter, node: fx.Node):
+    def lower(imp: FxWriter, node: fx.Node):
         a = bind(node)
         x = a["self"]
         dims = a.get("dim")
@@ -683,7 +681,7 @@ def _sdpa(imp, node):
 @dataclass
 class Match:
     reads: list[fx.Node]
-    lower: Callable[[FxImporter], Any]
+    lower: Callable[[FxWriter], Any]
 
 
 VIEWS = (aten.view.default, aten._unsafe_view.default, aten.view_copy.default, aten.reshape.default)
@@ -698,7 +696,7 @@ def _sole_input(node: Any, targets) -> fx.Node | None:
     return None
 
 
-def linear(imp: FxImporter, root: fx.Node) -> Match | None:
+def linear(imp: FxWriter, root: fx.Node) -> Match | None:
     """view(addmm(c, view(x, [-1, K]), W), x.shape[:-1] + [N]) → MatMul(x, W) + c."""
     product = _sole_input(root.args[0], (aten.addmm.default, aten.mm.default))
     if product is None:
@@ -718,13 +716,13 @@ def linear(imp: FxImporter, root: fx.Node) -> Match | None:
     if len(src) < 3 or out != src[:-1] + [imp.dims(w)[-1]]:
         return None
 
-    def lower(imp: FxImporter):
+    def lower(imp: FxWriter):
         y = imp.op.MatMul(imp.value(x), imp.value(w))
         return y if c is None else imp.op.Add(y, imp.value(c))
     return Match([n for n in (x, w, c) if n is not None], lower)
 
 
-def batched_matmul(imp: FxImporter, root: fx.Node) -> Match | None:
+def batched_matmul(imp: FxWriter, root: fx.Node) -> Match | None:
     """view(bmm(view(expand(a)), view(expand(b))), [..., M, N]) → MatMul(a, b)."""
     bmm = _sole_input(root.args[0], (aten.bmm.default,))
     if bmm is None:
@@ -753,7 +751,7 @@ def batched_matmul(imp: FxImporter, root: fx.Node) -> Match | None:
     if any(da != e and db != e for da, db, e in zip(imp.dims(a)[:-2], imp.dims(b)[:-2], ea[:-2])):
         a = fa
 
-    def lower(imp: FxImporter):
+    def lower(imp: FxWriter):
         return imp.op.MatMul(imp.value(a), imp.value(b))
     return Match([a, b], lower)
 

@@ -24,17 +24,16 @@ import operator
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-import numpy as np
-import sympy
 import torch
 from torch import fx
 
 from ..errors import GraphError
-from ..ir import DType, Graph, GraphBuilder, Value, symbolic
+from ..ir import Graph, GraphBuilder, Value, symbolic, verify
 from ..ir.torch_call import TORCH_DOMAIN
-from . import aten_ops
+from .aten_ops import LOWERINGS, PATTERNS
 from .fx_trace import UnsupportedGraphError
 from .fx_values import Unmapped, constant_array, dtype_of, ir_dim, is_tensor, meta_of, sym_expr
+from .fx_writer import FxWriter
 
 
 
@@ -60,22 +59,16 @@ class FxImport:
     fallbacks: list[Fallback] = field(default_factory=list)
 
 
-class FxImporter:
-    """One import: the graph being written and the value of each FX node in it."""
+class FxImporter(FxWriter):
+    """One import: walks the FX graph, lowering each node into the graph being written."""
 
     def __init__(self, gm: fx.GraphModule, constants: dict[int, torch.Tensor],
                  names: Sequence[str] | None, graph_name: str):
-        self.lowerings, self.patterns = aten_ops.LOWERINGS, aten_ops.PATTERNS
+        super().__init__(graph_name)
         self.gm, self.constants = gm, constants
         self.names = list(names) if names is not None else None
-        self.graph = Graph(graph_name)
-        self.values: dict[fx.Node, Any] = {}
-        self.symbol_sources: dict[str, tuple[Value, int]] = {}
         self.fallbacks: list[Fallback] = []
         self.input_positions: list[int] = []
-        self.op: GraphBuilder = GraphBuilder(self.graph)
-        self.node: fx.Node | None = None
-        self._dim_cache: dict[str, Value] = {}
 
     # ---- the driver ----------------------------------------------------------------------
     def run(self) -> FxImport:
@@ -104,7 +97,7 @@ class FxImporter:
             if node in plan:
                 continue
             match = None
-            for pattern in self.patterns.get(node.target, ()) if node.op == "call_function" else ():
+            for pattern in PATTERNS.get(node.target, ()) if node.op == "call_function" else ():
                 match = pattern(self, node)
                 if match is not None:
                     break
@@ -151,8 +144,8 @@ class FxImporter:
         try:
             if match is not None:
                 result = match.lower(self)
-            elif node.target in self.lowerings:
-                result = self.lowerings[node.target](self, node)
+            elif node.target in LOWERINGS:
+                result = LOWERINGS[node.target](self, node)
             else:
                 raise Unmapped("no mapping to the op table")
         except Unmapped as e:
@@ -215,95 +208,6 @@ class FxImporter:
                                             "computed at run time, not a tensor")
         return slots
 
-    def _fresh(self, hint: str) -> str:
-        return self.graph.fresh_name(hint)
-
-    # ---- what lowerings use ----------------------------------------------------------------
-    def value(self, arg) -> Value:
-        """The IR value of a tensor argument."""
-        if not isinstance(arg, fx.Node):
-            raise Unmapped(f"argument {arg!r} is not a tensor")
-        v = self.values.get(arg)
-        if not isinstance(v, Value):
-            raise Unmapped(f"argument {arg.name!r} has no IR value")
-        return v
-
-    def const(self, data, dtype: DType | None = None, hint: str = "const") -> Value:
-        return self.graph.add_constant(self._fresh(f"{self.node.name}_{hint}" if self.node else hint),
-                                       np.array(data, order="C"), dtype)
-
-    def scalar(self, x, dtype: torch.dtype) -> Value:
-        """A Python number as a 0-d constant of `dtype`."""
-        np_dtype = torch.empty((), dtype=dtype).numpy().dtype if dtype != torch.bfloat16 else np.float32
-        return self.const(np.array(x, dtype=np_dtype), dtype_of(dtype, "scalar"), "scalar")
-
-    def operand(self, x, dtype: torch.dtype) -> Value:
-        """A tensor or scalar argument of an elementwise op, as `dtype`."""
-        if isinstance(x, fx.Node) and is_tensor(meta_of(x)):
-            return self.cast(self.value(x), dtype)
-        value = meta_of(x)
-        if not isinstance(value, (int, float, bool)):
-            return self.cast(self.index(x), dtype)
-        return self.scalar(value, dtype)
-
-    def cast(self, v: Value, dtype: torch.dtype) -> Value:
-        to = dtype_of(dtype, "cast")
-        return v if v.dtype == to else self.op.Cast(v, to=int(to))
-
-    def index(self, x) -> Value:
-        """An int or SymInt as a 0-d int64 value (computed from input shapes when symbolic)."""
-        x = meta_of(x)
-        if isinstance(x, (int, bool)):
-            return self.const(np.array(int(x), np.int64), hint="int")
-        return self.op.Squeeze(self._dim_vector(sym_expr(x)), self.const(np.array([0], np.int64), hint="axes"))
-
-    def ints(self, items: Sequence) -> Value:
-        """A 1-D int64 value of ints and SymInts: a constant, or a Concat of constants and sizes
-        read off the inputs' shapes."""
-        items = [meta_of(i) for i in items]
-        if all(isinstance(i, int) for i in items):
-            return self.const(np.array(items, np.int64).reshape(-1), hint="ints")
-        pieces, run = [], []
-        for item in items:
-            if isinstance(item, int):
-                run.append(item)
-                continue
-            if run:
-                pieces.append(self.const(np.array(run, np.int64), hint="ints"))
-                run = []
-            pieces.append(self._dim_vector(sym_expr(item)))
-        if run:
-            pieces.append(self.const(np.array(run, np.int64), hint="ints"))
-        return pieces[0] if len(pieces) == 1 else self.op.Concat(*pieces, axis=0)
-
-    def _dim_vector(self, expr: sympy.Expr) -> Value:
-        """A size expression as a [1] int64 value."""
-        if expr.is_Integer:
-            return self.const(np.array([int(expr)], np.int64), hint="ints")
-        key = str(expr)
-        if key in self._dim_cache:
-            return self._dim_cache[key]
-        if expr.is_Symbol:
-            if key not in self.symbol_sources:
-                raise Unmapped(f"the size {key} is no input's dimension, so the graph cannot compute it")
-            source, axis = self.symbol_sources[key]
-            out = GraphBuilder(self.graph, f"{source.name}_dim{axis}").Shape(source, start=axis, end=axis + 1)
-        elif isinstance(expr, (sympy.Add, sympy.Mul)):
-            terms = [self._dim_vector(a) for a in expr.args]
-            out = terms[0]
-            for t in terms[1:]:
-                out = self.op.Add(out, t) if isinstance(expr, sympy.Add) else self.op.Mul(out, t)
-        elif type(expr).__name__ == "FloorDiv":
-            out = self.op.Div(self._dim_vector(expr.args[0]), self._dim_vector(expr.args[1]))
-        else:
-            raise Unmapped(f"the size {expr} is not computed in the graph (only +, ·, // of input dims)")
-        self._dim_cache[key] = out
-        return out
-
-    def dims(self, x) -> list[int | str]:
-        """The IR dims of a tensor argument, as the trace saw them."""
-        return [ir_dim(d) for d in meta_of(x).shape]
-
     # ---- the fallback ----------------------------------------------------------------------
     def _torch_call(self, node: fx.Node, reason: str):
         """The node as a call of its own target; its tensors and sizes become inputs."""
@@ -363,5 +267,5 @@ def import_fx(gm: fx.GraphModule, constants: dict[int, torch.Tensor] | None = No
     """An ATen FX graph as an IR graph. `constants`: placeholder index → the tensor to freeze
     there (parameters and buffers); `names`: a name per placeholder."""
     result = FxImporter(gm, constants or {}, names, graph_name).run()
-    result.graph.verify()
+    verify(result.graph)
     return result

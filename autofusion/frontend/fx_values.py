@@ -3,7 +3,7 @@ node's values and sizes as the IR sees them, the element types, a node's bound a
 refusal a lowering raises."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any
 
 import numpy as np
 import sympy
@@ -12,16 +12,9 @@ from torch import fx
 
 from .fx_trace import UnsupportedGraphError
 from ..ir import DType, symbolic
-from ..ir.dtypes import torch_dtypes
+from ..ir.dtypes import dtypes_of_torch
 
-if TYPE_CHECKING:
-    from .fx_import import FxImporter
-
-# the inverse of the torch kernels' own table: one map of element types
-TORCH_TO_DTYPE = {t: d for d, t in torch_dtypes().items()}
 INT64_MAX = 2**63 - 1
-# a lowering: (the importer, an FX node) -> its IR value(s)
-Lowering = Callable[["FxImporter", fx.Node], Any]
 
 
 class Unmapped(Exception):
@@ -29,9 +22,9 @@ class Unmapped(Exception):
 
 
 def dtype_of(t: torch.dtype, where: str) -> DType:
-    if t not in TORCH_TO_DTYPE:
+    if t not in dtypes_of_torch():
         raise UnsupportedGraphError(f"{where}: element type {t} has no IR type")
-    return TORCH_TO_DTYPE[t]
+    return dtypes_of_torch()[t]
 
 
 def ir_dim(d):

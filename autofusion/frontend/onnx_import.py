@@ -4,7 +4,7 @@ Reads a path or ModelProto, runs ONNX's own shape inference (with data propagati
 arithmetic resolves where it can), and maps every ONNX construct onto the IR one to one:
 initializers and Constant nodes become constant Values, value_info gives each edge its shape and
 dtype (a sequence of tensors its SequenceType), an omitted optional input becomes None; If,
-Loop, Scan and SequenceMap bring their bodies as IR graphs (onnx_subgraphs.py). The nodes
+Loop, Scan and SequenceMap bring their bodies as IR graphs (onnx_nodes.py). The nodes
 without a kernel here (an op missing from the op table, a subgraph holding one, a map, an
 optional of a sequence) become OnnxRuntimeCall nodes, one per connected group
 (onnx_runtime_groups.py); a strict import reports them all together in one UnsupportedOpError.
@@ -25,18 +25,17 @@ from pathlib import Path
 import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
-from onnx import helper, numpy_helper
+from onnx import helper
 
 from ..errors import GraphError, ModelLoadError, UnsupportedOpError
-from ..ir import FUSED_DOMAIN, DType, Graph, Value, lookup, op_key
-from ..ir.builder import infer_types
-from ..ir.graph import SequenceType
-from ..ir.sequences import is_sequence_op, sequence_outputs
+from ..ir import Graph, Value, lookup, op_key
 from ..ir.onnx_runtime_call import ORT_DOMAIN
 from .legacy import per_channel_slopes
 from .onnx_checks import check_input_types, check_nodes, check_rules, check_text
+from .onnx_nodes import import_node
 from .onnx_runtime_groups import call_attributes, group_for_onnx_runtime, non_tensor_nodes
-from .onnx_subgraphs import import_bodies, is_subgraph
+from .onnx_values import (check_declared, element_type, sequence_type, sequence_types, tensor_array,
+                          typed_value, value_type)
 from .optionals import OPTIONAL_OPS, optionals_to_tensors
 from .sequences import sequences_to_split
 from .untyped_ops import type_uninferred_outputs
@@ -105,7 +104,7 @@ def _infer_shapes(model: onnx.ModelProto, where: str) -> onnx.ModelProto:
     for vi in [*g.input, *g.output, *g.value_info]:
         value_type(vi)   # each element type known, before inference reads it
     for k, t in enumerate(g.initializer):
-        _check_declared(t, where + _initializer(k, t))   # before inference reads it
+        check_declared(t, where + _initializer(k, t))   # before inference reads it
         if t.data_type in _WEIGHT_TYPES and np.prod(t.dims, dtype=np.int64) > _INLINE_ELEMENTS:
             if t.name not in listed:
                 lg.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
@@ -217,109 +216,8 @@ def _name_free_dims(g: onnx.GraphProto) -> None:
                 d.Clear()
 
 
-def _dims(tt) -> tuple | None:
-    if not tt.HasField("shape"):
-        return None
-    dims = []
-    for d in tt.shape.dim:
-        if d.HasField("dim_value") and d.dim_value < 0:
-            dims.append(None)   # a free dimension where _name_free_dims did not reach (a body)
-        elif d.HasField("dim_value"):
-            dims.append(int(d.dim_value))
-        elif d.HasField("dim_param") and d.dim_param:
-            dims.append(d.dim_param)
-        else:
-            dims.append(None)
-    return tuple(dims)
-
-
-def value_type(vi: onnx.ValueInfoProto):
-    t = vi.type
-    if t.HasField("tensor_type"):
-        et = t.tensor_type.elem_type
-        return _dims(t.tensor_type), (element_type(et, f"value {vi.name!r}") if et else None)
-    return None, None
-
-
-def sequence_type(vi: onnx.ValueInfoProto) -> SequenceType | None:
-    """What a value ONNX types as a sequence of tensors holds (None: not such a sequence)."""
-    t = vi.type
-    if not t.HasField("sequence_type"):
-        return None
-    elem = t.sequence_type.elem_type
-    if elem.WhichOneof("value") is None:
-        return SequenceType()
-    if not elem.HasField("tensor_type"):
-        return None
-    et = elem.tensor_type.elem_type
-    # a symbolic dim binds nothing across elements (ONNX's own tests give elements of several
-    # lengths for "N"), so it is unknown here
-    dims = _dims(elem.tensor_type)
-    dims = None if dims is None else tuple(d if isinstance(d, int) else None for d in dims)
-    return SequenceType(element_type(et, f"value {vi.name!r}") if et else None, dims)
-
-
-def element_type(code: int, what: str) -> DType:
-    """The DType of an ONNX element-type code; a ModelLoadError naming `what` for an unknown one."""
-    try:
-        return DType(code)
-    except ValueError:
-        raise ModelLoadError(f"{what} has element type {code}, which is not an ONNX type "
-                             "autofusion knows") from None
-
-
 def _initializer(k: int, t: onnx.TensorProto) -> str:
     return f"initializer {t.name!r}" if t.name else f"graph.initializer[{k}] (no name)"
-
-
-def _check_declared(t: onnx.TensorProto, what: str) -> DType:
-    """A TensorProto's element type, known, and dimensions, none negative."""
-    if any(d < 0 for d in t.dims):
-        raise ModelLoadError(f"{what} has a negative dimension: {list(t.dims)}")
-    return element_type(t.data_type, what)
-
-
-def tensor_array(t: onnx.TensorProto, what: str) -> np.ndarray:
-    """A TensorProto's data as a numpy array; a ModelLoadError naming `what` where its type,
-    dimensions and data disagree (a corrupt or hand-edited file)."""
-    dtype = _check_declared(t, what)
-    try:
-        return numpy_helper.to_array(t)
-    except (ValueError, TypeError) as e:
-        raise ModelLoadError(f"{what}: its data does not fit its type {dtype.name.lower()} and "
-                             f"dimensions {list(t.dims)} ({e})") from None
-
-
-def attribute_value(a: onnx.AttributeProto, node: str = ""):
-    """An ONNX attribute as a plain Python value (tensors as numpy arrays)."""
-    A = onnx.AttributeProto
-    if a.type == A.GRAPH or a.type == A.GRAPHS:
-        raise NotImplementedError("subgraph attributes")
-    what = f"node {node!r}: attribute {a.name!r}"
-    if a.type not in _ATTRIBUTE_TYPES:
-        raise ModelLoadError(f"{what} has type {A.AttributeType.Name(a.type)}, which no operator "
-                             "autofusion runs takes")
-    value = onnx.helper.get_attribute_value(a)
-    if a.type == A.TENSOR:
-        return tensor_array(a.t, what)
-    if a.type == A.TENSORS:
-        return [tensor_array(t, what) for t in a.tensors]
-    try:
-        if a.type == A.STRING:
-            return value.decode()
-        if a.type == A.STRINGS:
-            return [s.decode() for s in value]
-    except UnicodeDecodeError:
-        raise ModelLoadError(f"{what} is not UTF-8 text: {value!r}") from None
-    if a.type in (A.INTS, A.FLOATS):
-        return list(value)
-    return value
-
-
-_ATTRIBUTE_TYPES = {onnx.AttributeProto.FLOAT, onnx.AttributeProto.INT, onnx.AttributeProto.STRING,
-                    onnx.AttributeProto.TENSOR, onnx.AttributeProto.FLOATS,
-                    onnx.AttributeProto.INTS, onnx.AttributeProto.STRINGS,
-                    onnx.AttributeProto.TENSORS}
 
 
 def _check_defined(g: onnx.GraphProto, where: str) -> None:
@@ -405,89 +303,3 @@ def import_onnx(source: str | os.PathLike | onnx.ModelProto, strict: bool = Fals
     return graph
 
 
-def import_node(graph: Graph, n: onnx.NodeProto, name: str, named, values: dict[str, Value],
-                types: dict, where: str, model: onnx.ModelProto) -> None:
-    """One ONNX node into the graph: `named` finds the values it reads, `values` takes the ones
-    it writes, `types` has their ONNX-inferred types. (The main graph's loop and each subgraph
-    body's (onnx_subgraphs.py) import their nodes with it.)"""
-    attrs = {a.name: attribute_value(a, f"{where}{name}") for a in n.attribute if not is_subgraph(a)}
-    if n.op_type == "Constant" and n.domain == "":
-        values[n.output[0]] = graph.add_constant(n.output[0], _constant_attr(attrs, name))
-        return
-    inputs = [named(x) if x else None for x in n.input]
-    while inputs and inputs[-1] is None:
-        inputs.pop()
-    outs = []
-    for k, o in enumerate(n.output):
-        if not o:  # an omitted optional output (its index: two omitted need two names)
-            o = graph.fresh_name(f"{name}_unused{k}")
-        values[o] = typed_value(o, types)
-        outs.append(values[o])
-    if n.domain == FUSED_DOMAIN and n.op_type == "Region" and "body" not in attrs:
-        attrs["body"] = _function_body(model, n, inputs, where)
-    if any(is_subgraph(a) for a in n.attribute):   # If, Loop, Scan: bodies and captured inputs
-        attrs, inputs = import_bodies(graph, n, name, attrs, inputs, named, where, model)
-    node = graph.add_node(n.op_type, inputs, outs, attrs, name, n.domain)
-    if all(v.dtype is None and v.sequence is None for v in outs):   # ONNX's inference does not
-        infer_types(node)                    # know the op (a custom one): the op table's rule
-    if is_sequence_op(node):   # the IR's rules: ONNX's inference gives a SequenceAt the
-        infer_types(node)      # symbolic dims of the element type, which bind nothing
-    for v, sequence in zip(outs, sequence_outputs(node)):
-        if v.sequence is None and sequence is not None:   # in a body ONNX could not type
-            v.sequence, v.shape, v.dtype = sequence, None, None
-
-
-def sequence_types(vis) -> dict[str, SequenceType]:
-    """The sequences among these ValueInfos, by name: a `types` entry (beside the (shape,
-    dtype) of each tensor) is a SequenceType for a sequence."""
-    return {vi.name: st for vi in vis if (st := sequence_type(vi)) is not None}
-
-
-def typed_value(name: str, types: dict) -> Value:
-    """A new Value with the type ONNX's inference gave it: a tensor's shape and dtype, or the
-    elements of a sequence."""
-    t = types.get(name, (None, None))
-    return Value(name, sequence=t) if isinstance(t, SequenceType) else Value(name, *t)
-
-
-def _function_body(model: onnx.ModelProto, call: onnx.NodeProto, inputs: list[Value | None],
-                   where: str) -> Graph:
-    """The subgraph of the model-local function a call names (an exported region's body), its
-    inputs typed as the call's; the exporter's Identity nodes naming the outputs are dropped."""
-    fn = next((f for f in model.functions if (f.domain, f.name, f.overload) ==
-               (call.domain, call.op_type, call.overload)), None)
-    if fn is None:
-        raise ModelLoadError(f"{where}node {call.name!r} ({call.op_type}) calls a function the "
-                             "model does not define")
-    opset = {i.domain: i.version for i in fn.opset_import}
-    body = Graph(fn.overload or fn.name, opset)
-    values = {name: body.add_input(name, v.shape, v.dtype)
-              for name, v in zip(fn.input, inputs) if v is not None}
-    renamed = {}
-    for n in fn.node:
-        attrs = {a.name: attribute_value(a, f"{where}{n.name}") for a in n.attribute}
-        if n.op_type == "Constant" and n.domain == "":
-            values[n.output[0]] = body.add_constant(n.output[0], _constant_attr(attrs, n.name))
-        elif n.op_type == "Identity" and n.output[0] in fn.output:
-            renamed[n.output[0]] = n.input[0]
-        else:
-            outs = [Value(o) for o in n.output]
-            values.update(zip(n.output, outs))
-            node = body.add_node(n.op_type, [values[x] if x else None for x in n.input], outs,
-                                 attrs, n.name.rsplit("/", 1)[-1], n.domain)
-            infer_types(node)
-    body.outputs = [values[renamed.get(o, o)] for o in fn.output]
-    return body
-
-
-def _constant_attr(attrs: dict, node_name: str) -> np.ndarray:
-    if "value" in attrs:
-        return attrs["value"]
-    for key, dtype in [("value_float", np.float32), ("value_int", np.int64),
-                       ("value_floats", np.float32), ("value_ints", np.int64)]:
-        if key in attrs:
-            return np.array(attrs[key], dtype=dtype)
-    if "value_string" in attrs or "value_strings" in attrs:
-        v = attrs.get("value_string", attrs.get("value_strings"))
-        return np.array(v, dtype=np.object_)
-    raise ModelLoadError(f"Constant node {node_name!r} has no value attribute")

@@ -17,8 +17,8 @@ If's two branches take the same captured inputs, each reading those it needs.
 """
 from __future__ import annotations
 
-from ..errors import GraphError
-from .graph import Graph, Node, Shape
+from .dims import merge_shapes
+from .graph import Graph, Node
 from .ops import OpClass, OpDef, register
 
 # op -> its subgraph attributes (SequenceMap's body runs per element: ir/sequences.py)
@@ -54,34 +54,6 @@ def formal_inputs(node: Node) -> list:
 
 def captured_inputs(node: Node) -> list:
     return node.inputs[formal_count(node):]
-
-
-def verify_bodies(node: Node) -> None:
-    """Graph.verify for each body, and the node's captured inputs matching each body's: as many,
-    of the same types where both know them."""
-    if not is_control_flow(node):
-        return
-    captured, formal = captured_inputs(node), formal_count(node)
-    # what the node hands each body before the captured values: If nothing, Loop (iter, cond,
-    # v...), Scan its inputs (state..., one slice of each scan input), SequenceMap its inputs
-    # (an element of each sequence)
-    given = {"If": 0, "Loop": 2 + max(formal - 2, 0), "Scan": formal, "SequenceMap": formal}[node.op_type]
-    for key, body in bodies(node):
-        body.verify()
-        inner = body.inputs[given:]
-        if len(inner) != len(captured) or any(
-                a is None or a.dtype and b.dtype and a.dtype != b.dtype for a, b in zip(captured, inner)):
-            raise GraphError(f"{node.describe()}: its {len(captured)} captured input(s) do not match "
-                             f"the inputs of its {key} after the {given} it gives "
-                             f"({[v.name for v in inner]})")
-
-
-def merge_shapes(a: Shape, b: Shape) -> Shape:
-    """The shape two values that may each be the result share: a dim where they agree, unknown
-    where they differ; unknown rank where the ranks differ."""
-    if a is None or b is None or len(a) != len(b):
-        return None
-    return tuple(x if x == y else None for x, y in zip(a, b))
 
 
 def _if(node: Node):

@@ -1,7 +1,7 @@
 """Symbolic-dimension arithmetic: the dims of a shape are ints, symbols (str), sizes computed
 from symbols (symbolic.SizeExpr) or None where unknown, and these functions compute with them
-without guessing — numpy broadcasting, ONNX's slice clamping, the dims a shape tensor holds,
-and the dim a Reshape's -1 stands for.
+without guessing — numpy broadcasting and matmul, ONNX's slice clamping, the dims a shape
+tensor holds, the dim a Reshape's -1 stands for, the shape two possible results share.
 """
 from __future__ import annotations
 
@@ -33,6 +33,59 @@ def broadcast_shapes(*shapes: Shape) -> Shape:
             out.append(static.pop() if static else None if None in dims else maximum(*dims))
     return tuple(out)
 
+
+
+def matmul_shape(a: Shape, b: Shape) -> Shape:
+    """The shape of numpy's matmul(a, b); None where it cannot be known."""
+    if a is None or b is None or not a or not b:
+        return None
+    sa, sb = list(a), list(b)
+    squeeze_a, squeeze_b = len(sa) == 1, len(sb) == 1
+    if squeeze_a:
+        sa = [1] + sa
+    if squeeze_b:
+        sb = sb + [1]
+    if isinstance(sa[-1], int) and isinstance(sb[-2], int) and sa[-1] != sb[-2]:
+        raise ValueError(f"a product of shapes {tuple(a)} and {tuple(b)}: {sa[-1]} against {sb[-2]}")
+    batch = broadcast_shapes(tuple(sa[:-2]), tuple(sb[:-2]))
+    out = list(batch or ()) + ([] if squeeze_a else [sa[-2]]) + ([] if squeeze_b else [sb[-1]])
+    return tuple(out) if batch is not None else None
+
+
+def merge_shapes(a: Shape, b: Shape) -> Shape:
+    """The shape two values that may each be the result share: a dim where they agree, unknown
+    where they differ; unknown rank where the ranks differ."""
+    if a is None or b is None or len(a) != len(b):
+        return None
+    return tuple(x if x == y else None for x, y in zip(a, b))
+
+
+def dim_product(dims) -> Dim:
+    """The product of dims (symbolic ones multiplied out); 0 if any is 0, else None if any is."""
+    if any(d == 0 for d in dims):
+        return 0
+    return product(dims)
+
+
+def dim_quotient(d: Dim, k: int) -> Dim:
+    """d / k where k divides d: an error for a size it does not divide; a symbolic d only where
+    k divides it for every value (2·s / 2), else None."""
+    if isinstance(d, int):
+        if d % k:
+            raise ValueError(f"{d} does not divide by {k}")
+        return d // k
+    return exact_quotient(d, k)
+
+
+def same_dim(dims) -> Dim:
+    """The one dim several values must share (Concat's other axes): a size if any has one, else
+    a symbolic one."""
+    sizes = {d for d in dims if isinstance(d, int)}
+    if len(sizes) > 1:
+        raise ValueError(f"dims {dims} should be equal")
+    if sizes:
+        return sizes.pop()
+    return next((d for d in dims if d is not None), None)
 
 def slice_bounds(d: int, start: int, end: int, step: int) -> tuple[int, int, int]:
     """Slice bounds clamped as the ONNX spec says: negatives count from the end, then starts go

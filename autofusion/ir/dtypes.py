@@ -86,3 +86,9 @@ def torch_dtypes() -> dict[DType, torch.dtype]:
         DType.UINT16: torch.uint16, DType.UINT32: torch.uint32, DType.UINT64: torch.uint64,
         DType.BOOL: torch.bool, DType.COMPLEX64: torch.complex64, DType.COMPLEX128: torch.complex128,
     }
+
+
+@functools.cache
+def dtypes_of_torch() -> dict[torch.dtype, DType]:
+    """torch_dtypes read backwards: the element type of a PyTorch dtype."""
+    return {t: d for d, t in torch_dtypes().items()}

@@ -17,10 +17,11 @@ import numpy as np
 from .activations import activation as activation_of_node, apply_activation, gelu as gelu_in_onnx
 from .activations import ACTIVATIONS, scalar_constant
 from .builder import FUSED_DOMAIN, GraphBuilder, fused
+from .dims import matmul_shape
 from .graph import Graph, Node, Value
 from .ops import OpClass, OpDef, register
 from .scalar import register_expression
-from .shapes import matmul_shape
+from .shapes.elementwise import same_as_input
 
 Decompose = Callable[..., "list[Value]"]
 DECOMPOSITIONS: dict[str, Decompose] = {}
@@ -33,10 +34,6 @@ def fused_op(name: str, op_class: OpClass, infer=None):
         DECOMPOSITIONS[name] = fn
         return fn
     return deco
-
-
-def _same_as_input(node: Node):
-    return [(node.inputs[0].shape, node.inputs[0].dtype)]
 
 
 def _product(node: Node):
@@ -86,7 +83,7 @@ def fused_matmul(op: GraphBuilder, node: Node, a, b, c=None, residual=None):
     return [apply_activation(op, node, y)]
 
 
-@fused_op("LayerNorm", OpClass.REDUCTION, _same_as_input)
+@fused_op("LayerNorm", OpClass.REDUCTION, same_as_input)
 def layer_norm(op: GraphBuilder, node: Node, x, scale=None, bias=None, residual=None):
     """LayerNormalization(x + residual): layer norm over the axes from `axis` on, with the
     residual add in front of it; scale and bias (of the normalized shape) may be omitted."""
@@ -96,7 +93,7 @@ def layer_norm(op: GraphBuilder, node: Node, x, scale=None, bias=None, residual=
                     scale, bias)]
 
 
-@fused_op("RMSNorm", OpClass.REDUCTION, _same_as_input)
+@fused_op("RMSNorm", OpClass.REDUCTION, same_as_input)
 def rms_norm(op: GraphBuilder, node: Node, x, scale=None):
     """x / √(mean(x², axis) + ε) · scale over the axes from `axis` on; scale may be omitted."""
     return [_affine(op, _rms_scaled(op, x, node.attr("axis", -1), node.attr("epsilon", 1e-6)), scale)]
@@ -138,13 +135,13 @@ def reduce_mean(op: GraphBuilder, x: Value, axes: list[int]) -> Value:
     return op.ReduceMean(x, axes=axes, keepdims=1)
 
 
-@fused_op("Gelu", OpClass.ELEMWISE, _same_as_input)
+@fused_op("Gelu", OpClass.ELEMWISE, same_as_input)
 def gelu(op: GraphBuilder, node: Node, x):
     """GELU, exact (erf) or with the tanh approximation."""
     return [gelu_in_onnx(op, x, node.attr("approximate", "none"))]
 
 
-@fused_op("Activation", OpClass.ELEMWISE, _same_as_input)
+@fused_op("Activation", OpClass.ELEMWISE, same_as_input)
 def activation(op: GraphBuilder, node: Node, x):
     """A named activation (SiLU, HardSwish, …) written out in primitive ops in the model."""
     return [apply_activation(op, node, x)]
@@ -181,6 +178,18 @@ def attention(op: GraphBuilder, node: Node, q, k, v, mask=None):
     if node.attr("nan_to_zero", 0):
         p = op.Where(op.IsNaN(p), scalar_constant(op, 0.0, p), p)
     return [op.MatMul(p, v)]
+
+
+# what an Attention's mask may be where a kernel takes it whole (every backend asks the same)
+def mask_fits(mask: tuple | None, scores: tuple) -> bool:
+    """Whether a mask of this shape broadcasts to the scores without growing them."""
+    return mask is not None and len(mask) <= len(scores) and \
+        all(d == 1 or (d is not None and d == s) for d, s in zip(reversed(mask), reversed(scores)))
+
+
+def mask_dead_rows(mask: np.ndarray) -> bool:
+    """Whether a constant mask rules some query row out everywhere."""
+    return bool(np.isneginf(mask).all(-1).any()) if mask.ndim else bool(np.isneginf(mask))
 
 
 @fused_op("PoolGemm", OpClass.COMPLEX)

@@ -283,60 +283,6 @@ class Graph:
             raise GraphError(f"graph {self.name!r} has a cycle through {', '.join(stuck)}")
         return order
 
-    # ---- checking ---------------------------------------------------------------------
-    def verify(self) -> None:
-        """Check the IR invariants; raise GraphError naming the first broken one."""
-        from .ops import lookup  # the op table lives beside the IR
-        from .sequences import sequence_misuse
-
-        defined: dict[str, Value] = {}
-
-        def define(v: Value, what: str) -> None:
-            if v.name in defined and defined[v.name] is not v:
-                raise GraphError(f"value {v.name!r} is defined twice ({what})")
-            defined[v.name] = v
-
-        for v in self.inputs:
-            if v.producer is not None:
-                raise GraphError(f"graph input {v.name!r} has a producer")
-            define(v, "graph input")
-        for v in self.constants.values():
-            if v.const is None or v.producer is not None:
-                raise GraphError(f"constant {v.name!r} has no data or has a producer")
-            define(v, "constant")
-        seen: set[int] = set()
-        for node in self.nodes:  # raises on a cycle
-            if node.graph is not self:
-                raise GraphError(f"{node.describe()} is listed but owned by another graph")
-            if lookup(node.domain, node.op_type) is None:
-                raise GraphError(f"{node.describe()}: operator {node.op} is not in the op table")
-            misuse = sequence_misuse(node)
-            if misuse:
-                raise GraphError(f"{node.describe()}: {misuse}")
-            for i, v in enumerate(node.inputs):
-                if v is None:
-                    continue
-                if v.name not in defined or defined[v.name] is not v:
-                    raise GraphError(f"{node.describe()} input {i} ({v.name!r}) is not defined "
-                                     "before it is used")
-                if (node, i) not in v.uses:
-                    raise GraphError(f"{node.describe()} is missing from the uses of {v.name!r}")
-            for v in node.outputs:
-                if v.producer is not node:
-                    raise GraphError(f"output {v.name!r} of {node.describe()} names another producer")
-                define(v, f"output of {node.describe()}")
-            seen.add(id(node))
-        for v in defined.values():
-            for user, i in v.uses:
-                if id(user) not in seen or user.inputs[i] is not v:
-                    raise GraphError(f"value {v.name!r} lists a stale use by {user.describe()}")
-        for v in self.outputs:
-            if v.name not in defined or defined[v.name] is not v:
-                raise GraphError(f"graph output {v.name!r} is not defined")
-        from .control_flow import verify_bodies  # If, Loop, Scan: their bodies too
-        for node in self.nodes:
-            verify_bodies(node)
-
     # ---- text form --------------------------------------------------------------------
     def __str__(self) -> str:
         return format_graph(self)

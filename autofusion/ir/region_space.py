@@ -40,10 +40,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from .attributes import int_arg, normalize_axis
 from .dims import broadcast_shapes
 from .graph import Node, Value
 from .scalar import ROW_OPS, expression
-from .shapes import _axis, _int_arg
 from .symbolic import mul, product
 
 Frame = tuple[tuple[int, ...], ...]
@@ -80,16 +80,16 @@ def reduced_axes(node: Node) -> list[int]:
     try:
         if op in ("Softmax", "LogSoftmax"):   # before opset 13: the axes from `axis` on
             if opset < 13:
-                return list(range(_axis(node.attr("axis", 1), rank), rank)) if rank else []
-            return [_axis(node.attr("axis", -1), rank)]
-        axes = _int_arg(node, "axes", 1, 13 if op == "ReduceSum" else 18)
+                return list(range(normalize_axis(node.attr("axis", 1), rank), rank)) if rank else []
+            return [normalize_axis(node.attr("axis", -1), rank)]
+        axes = int_arg(node, "axes", 1, 13 if op == "ReduceSum" else 18)
         if axes is None:
             raise LayoutError("axes", f"{node.describe()}: its axes are computed at run time")
         if not axes:
             if node.attr("noop_with_empty_axes", 0):
                 raise LayoutError("axes", f"{node.describe()}: no axes with noop_with_empty_axes")
             return list(range(rank))
-        return sorted({_axis(a, rank) for a in axes})
+        return sorted({normalize_axis(a, rank) for a in axes})
     except ValueError as e:
         if isinstance(e, LayoutError):
             raise

@@ -17,8 +17,11 @@ SequenceMap and OnnxRuntimeCall may read a sequence; verify() refuses any other 
 """
 from __future__ import annotations
 
+from .dims import merge_shapes
 from .dtypes import DType
-from .graph import Graph, Node, SequenceType, Shape
+from .graph import Graph, Node, SequenceType
+from .onnx_runtime_call import ORT_KEY
+from .ops import OpClass, OpDef, register
 
 # the sequence ops, and the inputs of each that must be sequences
 SEQUENCE_OPERANDS: dict[str, tuple[int, ...]] = {
@@ -28,13 +31,6 @@ SEQUENCE_OPERANDS: dict[str, tuple[int, ...]] = {
 }
 # ops that pass any value through, sequences included
 _ANY_VALUE = {"Identity", "If", "Loop", "SequenceMap"}
-
-
-def _merge(a: Shape, b: Shape) -> Shape:
-    # control_flow imports the op table, which imports this module: imported at call time
-    from .control_flow import merge_shapes
-
-    return merge_shapes(a, b)
 
 
 def _element(v) -> SequenceType:
@@ -48,13 +44,13 @@ def _tensor_element(values) -> SequenceType:
         return SequenceType()
     shape = values[0].shape
     for v in values[1:]:
-        shape = _merge(shape, v.shape)
+        shape = merge_shapes(shape, v.shape)
     return SequenceType(values[0].dtype, shape)
 
 
 def _joined(a: SequenceType, b: SequenceType) -> SequenceType:
     """The elements of a sequence that holds a's and b's."""
-    return SequenceType(a.dtype or b.dtype, _merge(a.shape, b.shape))
+    return SequenceType(a.dtype or b.dtype, merge_shapes(a.shape, b.shape))
 
 
 def _split_element(node: Node) -> SequenceType:
@@ -128,7 +124,6 @@ def touches_sequences(node: Node) -> bool:
 def sequence_misuse(node: Node) -> str | None:
     """What is wrong with the node's sequences: a sequence read as a tensor, a tensor where the
     op needs a sequence, an output whose kind contradicts the op; None where all is right."""
-    from .onnx_runtime_call import ORT_KEY
     must = SEQUENCE_OPERANDS.get(node.op, ()) if node.domain == "" else ()
     may_read = node.op in _ANY_VALUE or node.op == ORT_KEY
     for i, v in enumerate(node.inputs):
@@ -147,7 +142,7 @@ def sequence_misuse(node: Node) -> str | None:
     return None
 
 
-# ---- the tensor type rules of the sequence ops (the op table's entries) --------------------
+# ---- the sequence ops' entries in the op table, with their tensor type rules ---------------
 def no_tensor_outputs(node: Node):
     """Sequence outputs have no tensor type (sequence_outputs gives their elements)."""
     return [(None, None)] * len(node.outputs)
@@ -173,3 +168,12 @@ def concat_from_sequence(node: Node):
     else:
         shape[node.attr("axis") % len(shape)] = None
     return [(tuple(shape), e.dtype)]
+
+
+for _op, _rule in [("SequenceEmpty", no_tensor_outputs), ("SequenceConstruct", no_tensor_outputs),
+                   ("SequenceInsert", no_tensor_outputs), ("SequenceErase", no_tensor_outputs),
+                   ("SplitToSequence", no_tensor_outputs), ("SequenceMap", no_tensor_outputs),
+                   ("SequenceAt", sequence_at), ("SequenceLength", sequence_length),
+                   ("ConcatFromSequence", concat_from_sequence)]:
+    register(OpDef(_op, OpClass.OPAQUE, _rule))
+del _op, _rule

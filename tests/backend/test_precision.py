@@ -19,6 +19,7 @@ from autofusion.backend import precision as P
 from autofusion.errors import AutofusionError
 from autofusion.frontend import import_onnx
 from autofusion.fusion import optimize
+from autofusion.ir import verify
 
 from ..models.architectures import ARCHITECTURES
 
@@ -294,4 +295,4 @@ def test_fp16_onnx_files_run_equal_to_onnxruntime(name, keep_io_types, level):
     if level == 2:   # widened to fp32 inside: fused like the fp32 model
         assert m.report.passes["fp16 values computed in fp32"] > 0
         assert any(n.op_type == "FusedConv" for n in m.graph.nodes)
-        m.graph.verify()
+        verify(m.graph)

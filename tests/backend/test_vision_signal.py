@@ -13,6 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import autofusion
 from autofusion.backend import native
+from autofusion.backend.torch_cpu import cpp_kernels
 from autofusion.backend.torch_cpu.vision import _overlaps
 
 RNG = np.random.default_rng(0)
@@ -45,7 +46,7 @@ def check(model, feeds, rtol=1e-5, atol=1e-5, kernel=None):
 def roi_align_kernel(request, monkeypatch):
     """RoiAlign's implementations: C++ where there is a compiler, PyTorch's everywhere."""
     if request.param == "torch":
-        monkeypatch.setattr(native, "unavailable", lambda: "no C++ compiler (this test)")
+        monkeypatch.setattr(cpp_kernels, "unavailable", lambda: "no C++ compiler (this test)")
     elif native.unavailable() is not None:
         pytest.skip(f"no native code: {native.unavailable()}")
     return request.param

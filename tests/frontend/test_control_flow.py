@@ -9,7 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from autofusion.errors import GraphError, ModelLoadError, UnsupportedOpError
 from autofusion.frontend import import_onnx
-from autofusion.ir import Graph, Value, format_graph
+from autofusion.ir import Graph, Value, format_graph, verify
 from autofusion.ir.builder import infer_types
 from autofusion.ir.control_flow import bodies, captured_inputs, formal_inputs
 from autofusion.ir.onnx_runtime_call import ORT_KEY
@@ -46,12 +46,12 @@ def test_a_loop_body_reads_outer_values_as_captured_inputs_and_outer_constants_a
                helper.make_node("Loop", ["n", "", "x"], ["y"], name="loop", body=body)],
               [vi("x", F, [3]), vi("n", I64, [])], [vi("y")], [w])
     g = import_onnx(m)
-    g.verify()
+    verify(g)
     loop = the(g, "Loop")
     assert [None if v is None else v.name for v in loop.inputs] == ["n", None, "x", "r"]
     assert [v.name for v in captured_inputs(loop)] == ["r"] and loop.attrs["captured"] == 1
     body = loop.attrs["body"]
-    body.verify()
+    verify(body)
     assert format_graph(body).splitlines() == [
         ("graph body(i: int64[], cond_in: bool[], acc_in: float[3], r: float[3]) -> "
          "(cond_out: bool[], acc_out: float[3])"),
@@ -77,7 +77,7 @@ def test_if_branches_take_the_same_captured_inputs_each_reading_those_it_needs()
     assert [v.name for v in then_g.inputs] == ["a", "b"] and [v.name for v in else_g.inputs] == ["a", "b"]
     assert [n.op_type for n in then_g.inputs[0].users] == ["Neg"]
     assert not then_g.inputs[1].uses and not else_g.inputs[0].uses
-    g.verify()
+    verify(g)
 
 
 def nested_model():
@@ -106,7 +106,7 @@ def test_a_loop_in_an_if_captures_through_each_level():
     inner = loop.attrs["body"]
     assert [v.name for v in inner.inputs] == ["i", "cond_in", "acc_in", "x", "k"]
     for graph in (g, then, inner, node.attrs["else_branch"]):
-        graph.verify()
+        verify(graph)
 
 
 def test_a_loop_carried_value_that_grows_gets_the_dims_every_iteration_agrees_on():
@@ -170,16 +170,16 @@ def test_control_flow_nodes_list_their_bodies_and_formal_inputs():
 
 def test_verify_checks_each_body_and_the_captured_inputs_matching_them():
     g = import_onnx(nested_model())
-    g.verify()
+    verify(g)
     node = the(g, "If")
     node.attrs["captured"] = 1   # the branches take two captured inputs
     with pytest.raises(GraphError, match=r"node 'if' \(If\): its 1 captured input\(s\) do not match"):
-        g.verify()
+        verify(g)
     node.attrs["captured"] = 2
     inner = the(node.attrs["then_branch"], "Loop").attrs["body"]
     inner.outputs.append(Value("stray"))
     with pytest.raises(GraphError, match="graph output 'stray' is not defined"):
-        g.verify()
+        verify(g)
 
 
 def test_a_node_inside_a_body_that_breaks_its_schema_is_refused_naming_it():

@@ -9,13 +9,14 @@ from onnx import TensorProto, helper, numpy_helper
 import autofusion
 from autofusion.errors import InputError, ModelLoadError, UnsupportedOpError
 from autofusion.frontend import import_onnx
+from autofusion.ir import verify
 
 from ..helpers import conv_relu_model
 
 
 def test_import_maps_nodes_constants_and_shapes():
     g = import_onnx(conv_relu_model())
-    g.verify()
+    verify(g)
     assert str(g) == (
         "graph conv_relu(x: float[N,3,8,8]) -> (y: float[N,4,8,8])\n"
         "  const W: float[4,3,3,3]\n"

@@ -12,6 +12,7 @@ import autofusion
 from autofusion.backend.executor import evaluate_node
 from autofusion.frontend import import_onnx
 from autofusion.fusion.pipeline import cleanup
+from autofusion.ir import verify
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 
@@ -33,7 +34,7 @@ def _construct_model():
 
 def test_sequence_values_import_typed_and_strict_accepts_them():
     graph = import_onnx(_construct_model(), strict=True)
-    graph.verify()
+    verify(graph)
     s = graph.inputs[0]
     # a symbolic dim of an element binds nothing across elements: unknown
     assert s.type_str() == "seq(float[?,3])" and s.shape is None and s.dtype is None
@@ -62,7 +63,7 @@ def _loop_model(declare_body_input: bool):
 def test_a_loop_body_carrying_a_sequence_imports_as_an_ir_graph():
     for declared in (True, False):
         graph = import_onnx(_loop_model(declared), strict=True)
-        graph.verify()
+        verify(graph)
         loop = next(n for n in graph.nodes if n.op_type == "Loop")
         body = loop.attrs["body"]
         assert body.inputs[2].sequence is not None and body.outputs[1].sequence is not None
@@ -78,7 +79,7 @@ def test_a_sequence_map_body_takes_an_element_of_each_sequence():
                    [helper.make_tensor_sequence_value_info("s", F, [2, 3]), helper.make_tensor_value_info("b", F, [3])],
                    [helper.make_tensor_sequence_value_info("t", F, None)])
     graph = import_onnx(model, strict=True)
-    graph.verify()
+    verify(graph)
     node, = graph.nodes
     e, b = node.attrs["body"].inputs
     assert (e.sequence, e.shape, b.shape) == (None, (2, 3), (3,))   # one element; the tensor whole
@@ -95,7 +96,7 @@ def test_clean_up_never_folds_a_sequence_and_removes_dead_ones():
              helper.make_node("Add", ["a", "b"], ["y"])]
     graph = import_onnx(_model(nodes, [], [helper.make_tensor_value_info("y", F, None)], [one]), strict=True)
     cleanup(graph, evaluate_node, {})
-    graph.verify()
+    verify(graph)
     hist = graph.op_histogram()
     assert hist.get("SequenceConstruct") == 1 and "SequenceEmpty" not in hist   # CSE merged, dead gone
     assert hist.get("ConcatFromSequence") == 1   # never folded: a sequence is no constant
@@ -110,5 +111,5 @@ def test_export_writes_sequence_types_and_reads_back_the_same_graph():
                  for vi in [*exported.graph.input, *exported.graph.output, *exported.graph.value_info]}
         assert kinds.get("s") == "sequence_type" or kinds.get("t") == "sequence_type"
         again = import_onnx(exported, strict=True)
-        again.verify()
+        verify(again)
         assert [v.type_str() for v in again.inputs] == [v.type_str() for v in compiled.graph.inputs]

@@ -17,6 +17,7 @@ import autofusion
 from autofusion.export import export_onnx
 from autofusion.frontend import import_onnx
 from autofusion.fusion.regions import kernel_name, plan_regions
+from autofusion.ir import verify
 
 from .rules.harness import fuse, onnx_model
 
@@ -155,7 +156,7 @@ def test_a_join_that_could_order_after_a_later_group_is_refused():
              helper.make_node("Add", ["e", "t"], ["y"], name="add")]
     model = onnx_model(nodes, {"x": (4, 4)}, ["y"])
     graph, report = fuse(model, regions=True)
-    graph.verify()   # no cycle: relu-neg-exp-add in one region would need transpose inside it
+    verify(graph)   # no cycle: relu-neg-exp-add in one region would need transpose inside it
     x = np.random.default_rng(3).standard_normal((4, 4)).astype(np.float32)
     for backend in ("native", "torch"):
         _, a, b = run_both(model, {"x": x}, backend)
@@ -596,12 +597,12 @@ def assert_near(got, want, rel: float) -> None:
 def test_random_dags_fuse_without_cycles_and_keep_their_values(model, max_nodes):
     assert_groups_acyclic(import_onnx(model), plan_regions(import_onnx(model), max_nodes=max_nodes))
     graph, _ = fuse(model, regions=True)
-    graph.verify()   # a cycle would fail the topological sort here
+    verify(graph)   # a cycle would fail the topological sort here
     rng = np.random.default_rng(5)
     feeds = {"x": rng.standard_normal((2, 4, 4)).astype(np.float32),
              "y": rng.standard_normal(4).astype(np.float32)}
     fused = autofusion.compile(model, level=2, backend="torch", max_region_nodes=max_nodes)
-    fused.graph.verify()
+    verify(fused.graph)
     want = autofusion.compile(model, level=0, backend="torch").run(feeds)
     got = fused.run(feeds)
     for k in want:   # the same PyTorch calls, one by one

@@ -9,6 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import autofusion
 from autofusion.frontend import import_onnx
+from autofusion.ir import verify
 from autofusion.passes import batch_norms_as_affine
 
 RNG = np.random.default_rng(7)
@@ -37,7 +38,7 @@ def test_a_batch_norm_becomes_a_per_channel_scale_and_shift():
     model, stats = pre_activation()
     g = import_onnx(model)
     assert batch_norms_as_affine(g) == 1
-    g.verify()
+    verify(g)
     assert g.op_histogram() == {"Mul": 2, "Concat": 1, "Add": 1, "Relu": 1}
     scale = next(n for n in g.nodes if n.op_type == "Mul" and n.name.startswith("bn")).inputs[1].const
     a = stats["s"] / np.sqrt(stats["v"] + 1e-5)

@@ -6,7 +6,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import autofusion
 from autofusion.frontend import import_onnx
-from autofusion.ir import DType
+from autofusion.ir import DType, verify
 from autofusion.passes import widen_float16
 
 
@@ -26,7 +26,7 @@ def half_model(cast_out: bool = False):
 def test_fp16_values_inside_become_fp32_and_the_boundary_keeps_fp16():
     g = import_onnx(half_model())
     assert widen_float16(g) == 4   # W, the input, m and y
-    g.verify()
+    verify(g)
     assert str(g) == ("graph half(x: float16[2,3]) -> (y: float16[2,4])\n"
                       "  const W: float[3,4]\n"
                       "  x_fp32: float[2,3] = Cast[to=1](x)\n"
@@ -39,7 +39,7 @@ def test_fp16_values_inside_become_fp32_and_the_boundary_keeps_fp16():
 def test_an_fp32_output_cast_from_fp16_reads_fp32():
     g = import_onnx(half_model(cast_out=True))
     widen_float16(g)
-    g.verify()
+    verify(g)
     assert [v.dtype for v in g.outputs] == [DType.FLOAT]
     assert [o.dtype for n in g.nodes for o in n.outputs] == [DType.FLOAT] * 4
 

@@ -19,15 +19,9 @@ from typing import Callable
 
 from ..lower import Plan
 from . import impls, kernels, rows  # noqa: F401 - register the native implementations
-from .build import NativeBuildError, Toolchain, toolchain
+from .build import NativeBuildError, Toolchain, toolchain, unavailable
 from .emit import NativeCode, emit_model
 from .library import SIZE_CACHE, KernelTable, NativePartition, runtime
-
-
-def unavailable() -> str | None:
-    """Why native code cannot run on this machine (one line), or None."""
-    tc = toolchain()
-    return tc if isinstance(tc, str) else None
 
 
 def build_partitions(plan: Plan, model: str, size_cache: int = SIZE_CACHE,

@@ -76,6 +76,12 @@ def toolchain() -> Toolchain | str:
     return Toolchain(compiler, version, include, lib, onednn)
 
 
+def unavailable() -> str | None:
+    """Why native code cannot run on this machine (one line), or None."""
+    tc = toolchain()
+    return tc if isinstance(tc, str) else None
+
+
 def _find_onednn() -> tuple[Path, Path, str] | None:
     roots = dict.fromkeys(Path(p) for p in (os.environ.get("AUTOFUSION_ONEDNN_ROOT"), sys.prefix,
                                             sys.base_prefix, "/usr/local", "/usr") if p)

@@ -16,11 +16,12 @@ import numpy as np
 
 from ...ir import DType, Node, Value
 from ...ir.activations import ACTIVATION_OPS, ELTWISE, FUNCTIONS, activation, clip_bounds, eltwise_steps
+from ...ir.attributes import opset_of
 from ...ir.builder import fused
 from ...ir.dims import slice_bounds, symbolic_slice_bounds
+from ...ir.fused_ops import mask_dead_rows, mask_fits
 from ...ir.geometry import explicit_pads
 from ...ir.region_space import LayoutError, reduced_axes
-from ...ir.shapes import opset_of
 from ...ir.symbolic import add, is_size, maximum, mul, product, sub
 from ..impl import Impl, implementations, register
 from .emit import PartitionSource, dims
@@ -723,7 +724,6 @@ def emit_norm_matmul(node: Node, p: PartitionSource) -> None:
 
 
 def check_attention(node: Node) -> str | None:
-    from ..torch_cpu.fused import dead_rows, fits   # one definition of what the mask may be
     why = dense(node)
     if why:
         return why
@@ -731,11 +731,11 @@ def check_attention(node: Node) -> str | None:
     if mask is None:
         return None
     scores = (*q.shape[:-1], k.shape[-2])
-    if not fits(mask.shape, scores):
+    if not mask_fits(mask.shape, scores):
         return "the mask grows the scores"
     if mask.const is None and mask.rank != q.rank:
         return "the mask's rank differs from the scores' and it is computed at run time"
-    if node.attr("nan_to_zero", 0) and (mask.const is None or dead_rows(mask.const)):
+    if node.attr("nan_to_zero", 0) and (mask.const is None or mask_dead_rows(mask.const)):
         return "a query row the mask rules out must give 0, which needs a check per call"
     return None
 

@@ -11,7 +11,7 @@ import torch
 from ...errors import KernelBuildError
 from ...ir import DType, Node
 from ...ir.dtypes import torch_dtypes
-from ...ir.shapes import opset_of as opset   # noqa: F401 - the kernels' name for it
+from ...ir.attributes import opset_of as opset   # noqa: F401 - the kernels' name for it
 from ..impl import Check, Impl, accepts, register
 
 Kernel = Callable[..., "torch.Tensor | tuple[torch.Tensor, ...]"]

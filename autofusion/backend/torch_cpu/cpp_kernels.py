@@ -18,9 +18,8 @@ import torch
 from ...errors import KernelBuildError
 from ...fusion.cost import node_roofline
 from ...ir import DType, Node
-from .. import native
 from ..impl import LAUNCH_S, Impl, register
-from ..native.build import NativeBuildError, kernel_library, toolchain
+from ..native.build import NativeBuildError, kernel_library, toolchain, unavailable
 from .vision import check_batch_indices
 
 ROI_ALIGN_SOURCE = """// autofusion: RoiAlign, called from PyTorch
@@ -49,7 +48,7 @@ def _roi_align_entry():
 
 
 def _float32_refusal(node: Node) -> str | None:
-    why = native.unavailable()
+    why = unavailable()
     if why is not None:
         return f"no native code on this machine: {why}"
     if any(v is None or v.dtype != DType.FLOAT for v in node.inputs[:2]):

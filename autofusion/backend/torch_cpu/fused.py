@@ -20,6 +20,7 @@ from ...errors import KernelBuildError
 from ...ir import DType, Node
 from ...ir.activations import ELTWISE, activation
 from ...ir.builder import fused
+from ...ir.fused_ops import mask_dead_rows, mask_fits
 from .common import Kernel, const_input, kernel, torch_dtype
 
 
@@ -363,29 +364,18 @@ def attention(node: Node) -> Kernel:
             attn_mask = attn_mask.reshape((1,) * (2 - attn_mask.dim()) + tuple(attn_mask.shape))
         return gqa(q, k, v, attn_mask=attn_mask, scale=scale)
     scores = None if q.shape is None or k.shape is None else (*q.shape[:-1], k.shape[-2])
-    shape_known = mask is None or (scores is not None and fits(mask.shape, scores))
-    rows_known = mask is None or zero_rows or (mask.const is not None and not dead_rows(mask.const))
+    shape_known = mask is None or (scores is not None and mask_fits(mask.shape, scores))
+    rows_known = mask is None or zero_rows or (mask.const is not None and not mask_dead_rows(mask.const))
     if shape_known and rows_known:
         return lambda q, k, v, mask=None: sdpa(q, k, v, attn_mask=mask, scale=scale)
 
     def run(q, k, v, mask):
-        if (shape_known or fits(mask.shape, (*q.shape[:-1], k.shape[-2]))) and \
+        if (shape_known or mask_fits(mask.shape, (*q.shape[:-1], k.shape[-2]))) and \
                 (rows_known or not bool(torch.isneginf(mask).all(-1).any())):
             return sdpa(q, k, v, attn_mask=mask, scale=scale)
         p = torch.softmax(torch.matmul(q, k.mT) * scale + mask, -1)
         return (p.nan_to_num(0.0) if zero_rows else p) @ v
     return run
-
-
-def fits(mask: tuple | None, scores: tuple) -> bool:
-    """Whether a mask of this shape broadcasts to the scores without growing them."""
-    return mask is not None and len(mask) <= len(scores) and \
-        all(d == 1 or (d is not None and d == s) for d, s in zip(reversed(mask), reversed(scores)))
-
-
-def dead_rows(mask: np.ndarray) -> bool:
-    """Whether a constant mask rules some query row out everywhere."""
-    return bool(np.isneginf(mask).all(-1).any()) if mask.ndim else bool(np.isneginf(mask))
 
 
 @kernel(fused("PoolGemm"))

@@ -21,9 +21,8 @@ from ...errors import KernelBuildError
 from ...ir import Node
 from ...ir.builder import fused
 from ...ir.symbolic import is_symbolic
-from .. import native
 from ..impl import Impl, register
-from ..native.build import NativeBuildError, toolchain
+from ..native.build import NativeBuildError, toolchain, unavailable
 from ..native.emit import kernels_source
 from ..native.kernels import GeneratedKernel, space_of
 from ..native.kernels import generated_kernel as generated_kernel_of
@@ -33,7 +32,7 @@ from ..native.library import KernelTable
 
 def refusal(node: Node) -> str | None:
     """Why this machine or this region cannot have the generated kernel, or None."""
-    why = native.unavailable()
+    why = unavailable()
     if why is not None:
         return f"no native code on this machine: {why}"
     why = kernel_refusal(node)

@@ -9,9 +9,10 @@ import torch.nn.functional as F
 
 from ...errors import KernelBuildError
 from ...ir import Node
-from . import unsigned
 from .common import (TORCH_DTYPES, Kernel, KernelBuilder, const_input, ints_of, kernel, opset,
                      torch_dtype)
+from .unsigned import (comparing, extreme, is_wide_unsigned, unsigned_div, unsigned_mod, unsigned_shift,
+                       unsigned_where, wrapping)
 
 INF = float("inf")
 
@@ -35,8 +36,8 @@ def _unsigned_or(node: Node, fn: Callable, unsigned_fn: Callable, i: int = 0) ->
     else fn: chosen now when the IR knows the dtype, else per call."""
     dt = _dtype(node, i)
     if dt is not None:
-        return unsigned_fn if unsigned.is_wide_unsigned(dt) else fn
-    return lambda *a: (unsigned_fn if unsigned.is_wide_unsigned(a[i].dtype) else fn)(*a)
+        return unsigned_fn if is_wide_unsigned(dt) else fn
+    return lambda *a: (unsigned_fn if is_wide_unsigned(a[i].dtype) else fn)(*a)
 
 
 def _scalar(node: Node, i: int):
@@ -70,7 +71,7 @@ _UNARY: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 # their forms for uint16/32/64 (ONNX's Neg takes no unsigned type)
 _UNARY_UNSIGNED: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "Abs": lambda x: x, "Sign": lambda x: (x != 0).to(x.dtype),
-    "BitwiseNot": unsigned.wrapping(torch.bitwise_not),
+    "BitwiseNot": wrapping(torch.bitwise_not),
 }
 for _op, _fn in _UNARY.items():
     if _op in _UNARY_UNSIGNED:
@@ -187,13 +188,13 @@ _DIRECT: dict[str, Callable] = {
 }
 # their forms for uint16/32/64, and which input says the dtype (Where's is the second)
 _DIRECT_UNSIGNED: dict[str, tuple[Callable, int]] = {
-    "Add": (unsigned.wrapping(torch.add), 0), "Sub": (unsigned.wrapping(torch.sub), 0),
-    "Mul": (unsigned.wrapping(torch.mul), 0), "Less": (unsigned.comparing(torch.lt), 0),
-    "Greater": (unsigned.comparing(torch.gt), 0), "LessOrEqual": (unsigned.comparing(torch.le), 0),
-    "GreaterOrEqual": (unsigned.comparing(torch.ge), 0),
-    "BitwiseAnd": (unsigned.wrapping(torch.bitwise_and), 0),
-    "BitwiseOr": (unsigned.wrapping(torch.bitwise_or), 0),
-    "BitwiseXor": (unsigned.wrapping(torch.bitwise_xor), 0), "Where": (unsigned.where, 1),
+    "Add": (wrapping(torch.add), 0), "Sub": (wrapping(torch.sub), 0),
+    "Mul": (wrapping(torch.mul), 0), "Less": (comparing(torch.lt), 0),
+    "Greater": (comparing(torch.gt), 0), "LessOrEqual": (comparing(torch.le), 0),
+    "GreaterOrEqual": (comparing(torch.ge), 0),
+    "BitwiseAnd": (wrapping(torch.bitwise_and), 0),
+    "BitwiseOr": (wrapping(torch.bitwise_or), 0),
+    "BitwiseXor": (wrapping(torch.bitwise_xor), 0), "Where": (unsigned_where, 1),
 }
 for _op, _fn in _DIRECT.items():
     if _op in _DIRECT_UNSIGNED:
@@ -206,7 +207,7 @@ for _op, _fn in _DIRECT.items():
 def _div(node: Node) -> Kernel:
     # integer division truncates toward zero (C semantics)
     signed = _by_dtype(node, torch.div, functools.partial(torch.div, rounding_mode="trunc"))
-    return _unsigned_or(node, signed, unsigned.div)
+    return _unsigned_or(node, signed, unsigned_div)
 
 
 @kernel("Pow")
@@ -235,9 +236,9 @@ def _fold(fn: Callable, unsigned_fn: Callable | None = None) -> KernelBuilder:
     return build
 
 
-kernel("Max")(_fold(torch.maximum, unsigned.extreme(torch.maximum)))  # NaN propagates, as numpy
-kernel("Min")(_fold(torch.minimum, unsigned.extreme(torch.minimum)))
-kernel("Sum")(_fold(torch.add, unsigned.wrapping(torch.add)))
+kernel("Max")(_fold(torch.maximum, extreme(torch.maximum)))  # NaN propagates, as numpy
+kernel("Min")(_fold(torch.minimum, extreme(torch.minimum)))
+kernel("Sum")(_fold(torch.add, wrapping(torch.add)))
 
 
 @kernel("Mean")
@@ -256,8 +257,8 @@ def _py_mod(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 @kernel("Mod")
 def _mod(node: Node) -> Kernel:
     if node.attr("fmod", 0):
-        return _unsigned_or(node, torch.fmod, unsigned.mod)  # sign of the dividend
-    return _unsigned_or(node, _by_dtype(node, _py_mod, torch.remainder), unsigned.mod)  # of the divisor
+        return _unsigned_or(node, torch.fmod, unsigned_mod)  # sign of the dividend
+    return _unsigned_or(node, _by_dtype(node, _py_mod, torch.remainder), unsigned_mod)  # of the divisor
 
 
 @kernel("PRelu")
@@ -270,12 +271,12 @@ def _bitshift(node: Node) -> Kernel:
     # a shift count < 0 or >= the bit width gives 0, or -1 for a right shift of a negative value
     left = node.attr("direction") == "LEFT"
     dt = _dtype(node)
-    if unsigned.is_wide_unsigned(dt):
-        return lambda x, y: unsigned.shift(x, y, left)
+    if is_wide_unsigned(dt):
+        return lambda x, y: unsigned_shift(x, y, left)
 
     def run(x, y):
-        if unsigned.is_wide_unsigned(x.dtype):
-            return unsigned.shift(x, y, left)
+        if is_wide_unsigned(x.dtype):
+            return unsigned_shift(x, y, left)
         w = torch.iinfo(dt or x.dtype).bits
         out = (y < 0) | (y >= w)
         if left:

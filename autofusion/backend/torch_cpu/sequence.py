@@ -4,8 +4,7 @@ so one list may have several readers.
 
 Positions follow ONNX: negative counts from the back, SequenceInsert appends and SequenceErase
 drops the last element where no position is given; a position out of range is an error naming
-the range. SequenceMap runs its body (compiled once, as control_flow.py compiles If/Loop/Scan
-bodies) once per element.
+the range. SequenceMap, which runs a body, is with the other ops that do (backend/control_flow.py).
 """
 from __future__ import annotations
 
@@ -106,31 +105,4 @@ def _concat_from_sequence(node: Node) -> Kernel:
         if not seq:
             raise ValueError("ConcatFromSequence on an empty sequence (its shape is undefined)")
         return torch.stack(seq, axis) if new_axis else torch.cat(seq, axis)
-    return run
-
-
-@kernel("SequenceMap")
-def _sequence_map(node: Node) -> Kernel:
-    """The body once per position of the sequence inputs (each a tensor of its own), the tensor
-    inputs given whole each time; each body output gathered into a sequence."""
-    # backend/control_flow imports the executor, which imports this module: at build time
-    from ...ir.control_flow import formal_count
-    from ..control_flow import body_step
-
-    step = body_step(node, "body")
-    n_out = len(node.outputs)
-    # the ONNX inputs that are sequences run per element; tensors and captured values go whole
-    is_seq = [v is not None and v.sequence is not None and i < formal_count(node)
-              for i, v in enumerate(node.inputs)]
-
-    def run(*args):
-        lengths = {len(a) for a, s in zip(args, is_seq) if s}
-        if len(lengths) > 1:
-            raise ValueError(f"SequenceMap: the input sequences have different lengths {sorted(lengths)}")
-        outs: list[list[torch.Tensor]] = [[] for _ in range(n_out)]
-        for k in range(lengths.pop()):
-            results = step(*(a[k] if s else a for a, s in zip(args, is_seq)))
-            for acc, r in zip(outs, results):
-                acc.append(r)
-        return outs[0] if n_out == 1 else tuple(outs)
     return run

@@ -52,7 +52,7 @@ def extreme(fn: Callable) -> Callable:
     return lambda a, b: _ordered(fn(_ordered(_signed(a)), _ordered(_signed(b)))).view(a.dtype)
 
 
-def where(cond: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+def unsigned_where(cond: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.where(cond, _signed(a), _signed(b)).view(a.dtype)
 
 
@@ -73,15 +73,15 @@ def divmod_(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
     return q.view(dtype), r.view(dtype)
 
 
-def div(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+def unsigned_div(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return divmod_(a, b)[0]
 
 
-def mod(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+def unsigned_mod(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return divmod_(a, b)[1]   # fmod and Python's mod agree where nothing is negative
 
 
-def shift(x: torch.Tensor, n: torch.Tensor, left: bool) -> torch.Tensor:
+def unsigned_shift(x: torch.Tensor, n: torch.Tensor, left: bool) -> torch.Tensor:
     """x << n or x >> n (logical); a count of the bit width or more gives 0, as ONNX says."""
     s, count = _signed(x), _signed(n)          # a count of 2^(w-1) or more reads negative
     w = torch.iinfo(s.dtype).bits

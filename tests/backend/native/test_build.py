@@ -122,10 +122,10 @@ def test_partitions_are_built_for_the_models_thread_count(monkeypatch, threads):
     """oneDNN fixes a primitive's threads when it creates it: a model compiled with threads=N in
     a process whose pool has another count builds its partitions with N threads set, and leaves
     the process's count as it was."""
-    from autofusion.backend import native
+    from autofusion import pipeline
     seen = []
-    real = native.build_partitions
-    monkeypatch.setattr(native, "build_partitions", lambda *a: seen.append(torch.get_num_threads()) or real(*a))
+    real = pipeline.build_partitions
+    monkeypatch.setattr(pipeline, "build_partitions", lambda *a: seen.append(torch.get_num_threads()) or real(*a))
     before = torch.get_num_threads()
     torch.set_num_threads(3 - threads)
     try:

@@ -119,7 +119,7 @@ def test_a_region_with_a_symbolic_dim_reads_its_sizes_off_its_inputs():
 
 
 def test_without_a_compiler_the_torch_backend_runs_regions_op_by_op(monkeypatch):
-    monkeypatch.setattr(native, "unavailable", lambda: "no C++ compiler (set CXX, or install g++ or clang++)")
+    monkeypatch.setattr(generated, "unavailable", lambda: "no C++ compiler (set CXX, or install g++ or clang++)")
     fused = autofusion.compile(head_model(), backend="torch")
     decisions = regions(fused)
     assert decisions and all(d.impl.name == "op by op" for d in decisions)

@@ -12,7 +12,7 @@ import autofusion
 from autofusion.fusion import optimize
 from autofusion.backend import evaluate_node
 from autofusion.frontend import import_onnx
-from autofusion.ir import Graph
+from autofusion.ir import Graph, verify
 
 
 def onnx_model(nodes, inputs: dict[str, tuple], outputs: list[str], initializers=(),
@@ -42,7 +42,7 @@ def fuse(model: onnx.ModelProto, level: int = 2, disable=(), regions: bool = Fal
     graph = import_onnx(model)
     disable = list(disable) + ([] if regions or "AutoFusion" in disable else ["AutoFusion"])
     report = optimize(graph, level, disable, evaluate_node)
-    graph.verify()
+    verify(graph)
     return graph, report
 
 

@@ -1,5 +1,7 @@
-"""The bodies of If, Loop, Scan and SequenceMap → IR Graphs (ir/control_flow.py), their outer
-reads made explicit.
+"""ONNX nodes → IR nodes: import_node, which the main graph's import (onnx_import.py) and every
+body import alike, and the bodies of If, Loop, Scan and SequenceMap → IR Graphs
+(ir/control_flow.py), their outer reads made explicit. A body's nodes are imported by
+import_node, and a node's bodies by import_bodies: one recursion, so one module.
 
 An ONNX body reads values of the enclosing graphs by name. Imported, each such value becomes
   - a constant of the body (the same data) where it is a constant outside (a weight, a Constant
@@ -23,15 +25,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
 import onnx
 from onnx import helper
 
 from ..errors import ModelLoadError, UnsupportedOpError
-from ..ir import DType, Graph, Shape, Value, lookup, op_key
-from ..ir.control_flow import BODIES, merge_shapes
+from ..ir import FUSED_DOMAIN, DType, Graph, Shape, Value, lookup, op_key
+from ..ir.builder import infer_types
+from ..ir.control_flow import BODIES
+from ..ir.dims import merge_shapes
 from ..ir.graph import SequenceType
+from ..ir.sequences import is_sequence_op, sequence_outputs
 from ..ir.symbolic import names_and_sizes
 from .onnx_runtime_groups import _free_names
+from .onnx_values import (attribute_value, element_type, sequence_type, tensor_array, typed_value,
+                          value_type)
 
 Type = tuple[Shape, DType | None] | SequenceType   # a tensor's, or a sequence's elements
 Types = dict[str, Type]
@@ -39,6 +47,81 @@ Types = dict[str, Type]
 
 def is_subgraph(a: onnx.AttributeProto) -> bool:
     return a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+
+
+def import_node(graph: Graph, n: onnx.NodeProto, name: str, named, values: dict[str, Value],
+                types: dict, where: str, model: onnx.ModelProto) -> None:
+    """One ONNX node into the graph: `named` finds the values it reads, `values` takes the ones
+    it writes, `types` has their ONNX-inferred types. (The main graph's loop, in onnx_import.py,
+    and each subgraph body's, below, import their nodes with it.)"""
+    attrs = {a.name: attribute_value(a, f"{where}{name}") for a in n.attribute if not is_subgraph(a)}
+    if n.op_type == "Constant" and n.domain == "":
+        values[n.output[0]] = graph.add_constant(n.output[0], _constant_attr(attrs, name))
+        return
+    inputs = [named(x) if x else None for x in n.input]
+    while inputs and inputs[-1] is None:
+        inputs.pop()
+    outs = []
+    for k, o in enumerate(n.output):
+        if not o:  # an omitted optional output (its index: two omitted need two names)
+            o = graph.fresh_name(f"{name}_unused{k}")
+        values[o] = typed_value(o, types)
+        outs.append(values[o])
+    if n.domain == FUSED_DOMAIN and n.op_type == "Region" and "body" not in attrs:
+        attrs["body"] = _function_body(model, n, inputs, where)
+    if any(is_subgraph(a) for a in n.attribute):   # If, Loop, Scan: bodies and captured inputs
+        attrs, inputs = import_bodies(graph, n, name, attrs, inputs, named, where, model)
+    node = graph.add_node(n.op_type, inputs, outs, attrs, name, n.domain)
+    if all(v.dtype is None and v.sequence is None for v in outs):   # ONNX's inference does not
+        infer_types(node)                    # know the op (a custom one): the op table's rule
+    if is_sequence_op(node):   # the IR's rules: ONNX's inference gives a SequenceAt the
+        infer_types(node)      # symbolic dims of the element type, which bind nothing
+    for v, sequence in zip(outs, sequence_outputs(node)):
+        if v.sequence is None and sequence is not None:   # in a body ONNX could not type
+            v.sequence, v.shape, v.dtype = sequence, None, None
+
+
+def _function_body(model: onnx.ModelProto, call: onnx.NodeProto, inputs: list[Value | None],
+                   where: str) -> Graph:
+    """The subgraph of the model-local function a call names (an exported region's body), its
+    inputs typed as the call's; the exporter's Identity nodes naming the outputs are dropped."""
+    fn = next((f for f in model.functions if (f.domain, f.name, f.overload) ==
+               (call.domain, call.op_type, call.overload)), None)
+    if fn is None:
+        raise ModelLoadError(f"{where}node {call.name!r} ({call.op_type}) calls a function the "
+                             "model does not define")
+    opset = {i.domain: i.version for i in fn.opset_import}
+    body = Graph(fn.overload or fn.name, opset)
+    values = {name: body.add_input(name, v.shape, v.dtype)
+              for name, v in zip(fn.input, inputs) if v is not None}
+    renamed = {}
+    for n in fn.node:
+        attrs = {a.name: attribute_value(a, f"{where}{n.name}") for a in n.attribute}
+        if n.op_type == "Constant" and n.domain == "":
+            values[n.output[0]] = body.add_constant(n.output[0], _constant_attr(attrs, n.name))
+        elif n.op_type == "Identity" and n.output[0] in fn.output:
+            renamed[n.output[0]] = n.input[0]
+        else:
+            outs = [Value(o) for o in n.output]
+            values.update(zip(n.output, outs))
+            node = body.add_node(n.op_type, [values[x] if x else None for x in n.input], outs,
+                                 attrs, n.name.rsplit("/", 1)[-1], n.domain)
+            infer_types(node)
+    body.outputs = [values[renamed.get(o, o)] for o in fn.output]
+    return body
+
+
+def _constant_attr(attrs: dict, node_name: str) -> np.ndarray:
+    if "value" in attrs:
+        return attrs["value"]
+    for key, dtype in [("value_float", np.float32), ("value_int", np.int64),
+                       ("value_floats", np.float32), ("value_ints", np.int64)]:
+        if key in attrs:
+            return np.array(attrs[key], dtype=dtype)
+    if "value_string" in attrs or "value_strings" in attrs:
+        v = attrs.get("value_string", attrs.get("value_strings"))
+        return np.array(v, dtype=np.object_)
+    raise ModelLoadError(f"Constant node {node_name!r} has no value attribute")
 
 
 class Scope:
@@ -107,9 +190,6 @@ def _formal_types(n: onnx.NodeProto, attrs: dict, inputs: list) -> list[Type]:
 
 def _import_body(graph: Graph, proto: onnx.GraphProto, formal: list, named: Callable[[str], Value],
                  where: str, model: onnx.ModelProto, carried: bool) -> tuple[Graph, Scope]:
-    # onnx_import imports this module: its names are taken at call time
-    from .onnx_import import element_type, import_node, sequence_type, tensor_array, value_type
-
     if len(proto.input) != len(formal):
         raise ModelLoadError(f"{where}the body takes {len(proto.input)} input(s), the node gives it {len(formal)}")
     ins = [_declared_or_given(vi, f) for vi, f in zip(proto.input, formal)]
@@ -151,7 +231,6 @@ def _import_body(graph: Graph, proto: onnx.GraphProto, formal: list, named: Call
 def _inferred_types(proto: onnx.GraphProto, ins: list, outer: dict[str, Value],
                     model: onnx.ModelProto) -> Types:
     """ONNX's shape inference on the body as a model of its own (no types where it fails)."""
-    from .onnx_import import sequence_type, value_type
     known = {d for t in ins if not isinstance(t, SequenceType) for d in t[0] or () if isinstance(d, str)} | \
         {d for v in outer.values() for d in v.shape or () if isinstance(d, str)}
     part = onnx.ModelProto(ir_version=max(model.ir_version, 7), opset_import=model.opset_import,
@@ -194,7 +273,6 @@ def _value_info(name: str, t: Type) -> onnx.ValueInfoProto:
 
 def _declared_or_given(vi: onnx.ValueInfoProto, given: Type) -> Type:
     """A body input's type: what the body declares, completed by what the node gives."""
-    from .onnx_import import sequence_type, value_type
     declared = sequence_type(vi)
     if declared is not None or isinstance(given, SequenceType):
         d = declared or SequenceType()
