@@ -25,6 +25,7 @@ import torch
 
 from ..errors import KernelBuildError, NodeExecutionError, UnsupportedOpError
 from ..ir import Graph, Node
+from ..ir.dtypes import tensor_to_numpy
 from ..passes.cleanup import computable_ahead
 from .impl import torch_impl
 from .lower import Plan
@@ -378,11 +379,7 @@ def storage(t: torch.Tensor) -> int:
 
 
 def to_numpy(t: torch.Tensor) -> np.ndarray:
-    if not isinstance(t, torch.Tensor):
-        return np.asarray(t)
-    if t.dtype == torch.bfloat16:
-        return t.float().numpy()
-    return t.detach().resolve_conj().resolve_neg().numpy()
+    return tensor_to_numpy(t) if isinstance(t, torch.Tensor) else np.asarray(t)
 
 
 def evaluate_node(node: Node, arrays) -> list[np.ndarray]:

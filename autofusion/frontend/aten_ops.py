@@ -26,6 +26,7 @@ import torch
 from torch import fx
 
 from ..ir import Value
+from ..ir.dtypes import numpy_dtype_of_torch
 from .fx_values import INT64_MAX, Unmapped, bind, dtype_of, ir_dim, meta_of
 from .fx_writer import FxWriter, Lowering
 
@@ -260,10 +261,6 @@ def _to_copy(imp, node):
     return imp.cast(imp.value(a["self"]), out_dtype(node))
 
 
-def _np_dtype(dtype: torch.dtype):
-    return np.float32 if dtype == torch.bfloat16 else torch.empty((), dtype=dtype).numpy().dtype
-
-
 @lowers(aten.scalar_tensor.default)
 def _scalar_tensor(imp, node):
     return imp.scalar(meta_of(node.args[0]), out_dtype(node))
@@ -275,8 +272,8 @@ def _filled(imp, node, sizes, fill):
     if not isinstance(fill, (int, float, bool)):
         raise Unmapped("a fill value computed at run time")
     if all(isinstance(s, int) for s in map(meta_of, sizes)):
-        return imp.const(np.full([meta_of(s) for s in sizes], fill, _np_dtype(dtype)), dtype_of(dtype, "full"))
-    return imp.op.ConstantOfShape(imp.ints(sizes), value=np.array([fill], _np_dtype(dtype)))
+        return imp.const(np.full([meta_of(s) for s in sizes], fill, numpy_dtype_of_torch(dtype)), dtype_of(dtype, "full"))
+    return imp.op.ConstantOfShape(imp.ints(sizes), value=np.array([fill], numpy_dtype_of_torch(dtype)))
 
 
 @lowers(aten.full.default)
@@ -297,7 +294,7 @@ def _arange(imp, node):
     dtype = out_dtype(node)
     values = [meta_of(v) for v in (start, end, step)]
     if all(isinstance(v, (int, float)) for v in values):
-        return imp.const(np.arange(*values).astype(_np_dtype(dtype)), dtype_of(dtype, "arange"))
+        return imp.const(np.arange(*values).astype(numpy_dtype_of_torch(dtype)), dtype_of(dtype, "arange"))
     return imp.op.Range(*(imp.operand(v, dtype) for v in (start, end, step)))
 
 
@@ -513,7 +510,7 @@ def _softmax(imp, node):
 
 
 def _ones(imp, shape, dtype, fill=1.0) -> Value:
-    return imp.const(np.full(shape, fill, _np_dtype(dtype)), dtype_of(dtype, "norm"), "ones" if fill else "zeros")
+    return imp.const(np.full(shape, fill, numpy_dtype_of_torch(dtype)), dtype_of(dtype, "norm"), "ones" if fill else "zeros")
 
 
 @lowers(aten.native_layer_norm.default)
@@ -663,7 +660,7 @@ def _sdpa(imp, node):
         lq, lk = ir_dim(meta_of(q).shape[-2]), ir_dim(meta_of(k).shape[-2])
         if not (isinstance(lq, int) and isinstance(lk, int)):
             raise Unmapped("a causal mask over a symbolic sequence length")
-        causal = np.triu(np.full((lq, lk), -np.inf, _np_dtype(dtype)), 1)
+        causal = np.triu(np.full((lq, lk), -np.inf, numpy_dtype_of_torch(dtype)), 1)
         s = imp.op.Add(s, imp.const(causal, dtype_of(dtype, "mask"), "causal"))
     if mask is not None:
         if meta_of(mask).dtype == torch.bool:

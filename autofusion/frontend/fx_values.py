@@ -12,7 +12,7 @@ from torch import fx
 
 from .fx_trace import UnsupportedGraphError
 from ..ir import DType, symbolic
-from ..ir.dtypes import dtypes_of_torch
+from ..ir.dtypes import dtypes_of_torch, tensor_to_numpy
 
 INT64_MAX = 2**63 - 1
 
@@ -81,10 +81,7 @@ def meta_of(x):
 def constant_array(t: torch.Tensor) -> tuple[np.ndarray, DType]:
     """A frozen tensor's data, copied (later writes to the parameter do not reach it)."""
     dtype = dtype_of(t.dtype, "constant")
-    t = t.detach().cpu()
-    if t.dtype == torch.bfloat16:
-        return t.float().numpy().copy(), dtype
-    return t.contiguous().numpy().copy(), dtype
+    return tensor_to_numpy(t.cpu().contiguous()).copy(), dtype
 
 
 def bind(node: fx.Node) -> dict[str, Any]:

@@ -11,6 +11,7 @@ import torch
 from torch import fx
 
 from ..ir import DType, Graph, GraphBuilder, Value
+from ..ir.dtypes import numpy_dtype_of_torch
 from .fx_values import Unmapped, dtype_of, ir_dim, is_tensor, meta_of, sym_expr
 
 
@@ -45,8 +46,7 @@ class FxWriter:
 
     def scalar(self, x, dtype: torch.dtype) -> Value:
         """A Python number as a 0-d constant of `dtype`."""
-        np_dtype = torch.empty((), dtype=dtype).numpy().dtype if dtype != torch.bfloat16 else np.float32
-        return self.const(np.array(x, dtype=np_dtype), dtype_of(dtype, "scalar"), "scalar")
+        return self.const(np.array(x, dtype=numpy_dtype_of_torch(dtype)), dtype_of(dtype, "scalar"), "scalar")
 
     def operand(self, x, dtype: torch.dtype) -> Value:
         """A tensor or scalar argument of an elementwise op, as `dtype`."""

@@ -92,3 +92,18 @@ def torch_dtypes() -> dict[DType, torch.dtype]:
 def dtypes_of_torch() -> dict[torch.dtype, DType]:
     """torch_dtypes read backwards: the element type of a PyTorch dtype."""
     return {t: d for d, t in torch_dtypes().items()}
+
+
+def numpy_dtype_of_torch(dtype: torch.dtype) -> np.dtype:
+    """The numpy dtype that holds a PyTorch dtype's values: its own; bfloat16's (numpy has none)
+    float32, which holds every bfloat16 exactly."""
+    import torch
+    return np.dtype(np.float32) if dtype == torch.bfloat16 else torch.empty((), dtype=dtype).numpy().dtype
+
+
+def tensor_to_numpy(t: torch.Tensor) -> np.ndarray:
+    """A tensor's values as a numpy array, sharing its memory where it can; bfloat16 widened to
+    float32 (numpy_dtype_of_torch)."""
+    import torch
+    t = t.detach()
+    return t.float().numpy() if t.dtype == torch.bfloat16 else t.resolve_conj().resolve_neg().numpy()
