@@ -8,7 +8,7 @@
 //   own_loops.cpp  the runtime's own loops (softmax.h, gemv.h, depthwise.h, ...) as executables
 //   arena.cpp      finalize() (the arena's placement, arguments bound) and run()
 //   c_api.cpp      the C functions Python calls (native.h), thread pinning
-// Every file but this one and native.h may include oneDNN's header; only runtime files include this.
+// native.h includes no oneDNN header; this one does, and only the runtime's own files include it.
 #pragma once
 
 #include "native.h"
@@ -74,6 +74,7 @@ static_assert(runtime_gate(Alg::SiLU) && runtime_gate(Alg::GeluTanh) && 0 AF_ALG
               "gated.h computes SiLU and tanh-GELU, and no other gate");
 #undef AF_ALG_GATES
 
+// a gate over n values of x into y (gated.h), and the same summing each channel as it goes
 template <class In, class Out>
 void gate_into(Alg gate, const In* x, Out* y, int64_t n) {
   if (gate == Alg::SiLU) gated_into<Gate::SiLU>(x, y, n);
@@ -86,7 +87,6 @@ void gate_summed_into(Alg gate, const In* x, Out* y, int64_t outer, int64_t pixe
   if (gate == Alg::SiLU) gated_summed_into<Gate::SiLU>(x, y, outer, pixels, inner, sums, partial);
   else gated_summed_into<Gate::GeluTanh>(x, y, outer, pixels, inner, sums, partial);
 }
-
 
 // x·0 is 0 for a finite x and NaN for NaN and ±inf (arena.cpp)
 bool all_finite(const float* p, int64_t n);
@@ -258,15 +258,6 @@ struct Partition::Impl {
   void finish(int dst, int written);
 
   // ---- the runtime's own loops (own_loops.cpp)
-  // A gated 1x1 convolution (stride 1, no padding, a constant weight; channels-last, a product
-  // over pixels) whose f32 result would not stay in cache runs in tiles of pixels: each thread
-  // convolves its own tiles (oneDNN run inside a parallel region runs on one thread) into an f32
-  // buffer in its L2, and gates it from there into dst. Whole, the result goes to memory and is
-  // read back by the gate (EfficientNet-B4's 24 -> 144 at 190x190 in bf16: 2.5 -> 1.5 ms;
-  // smaller results stay in L3, 32 MB here, and whole is as fast: `python -m autofusion.benchmarks.conv_floor
-  // --program gate_tiling_cost`). False, adding nothing, where the step does not qualify.
-  static constexpr int64_t TILED_GATE_FROM = int64_t(16) << 20;   // bytes of f32 result
-  static constexpr int64_t TILE_BYTES = int64_t(512) << 10;       // one thread's f32 tile
   bool own_softmax(const memory::desc& src_md, const memory::desc& dst_md, int axis) const;
   void softmax(int src, const memory::desc& src_md, int dst, const memory::desc& dst_md, int axis,
                bool log, int mask = -1, const Dims& mask_dims = {}, int64_t cols = 0);
@@ -276,9 +267,17 @@ struct Partition::Impl {
                  const Dims& strides, const Dims& dilations, const Dims& pad_begin, int64_t groups,
                  const Acts& acts);
   bool sum_in_gate(int dst, int src);
+  // A gated 1x1 convolution (stride 1, no padding, a constant weight; channels-last, a product
+  // over pixels) whose f32 result would not stay in cache runs in tiles of pixels: each thread
+  // convolves its own tiles (oneDNN run inside a parallel region runs on one thread) into an f32
+  // buffer in its L2, and gates it from there into dst. Whole, the result goes to memory and is
+  // read back by the gate (EfficientNet-B4's 24 -> 144 at 190x190 in bf16: 2.5 -> 1.5 ms;
+  // smaller results stay in L3, 32 MB here, and whole is as fast: `python -m autofusion.benchmarks.conv_floor
+  // --program gate_tiling_cost`). False, adding nothing, where the step does not qualify.
+  static constexpr int64_t TILED_GATE_FROM = int64_t(16) << 20;   // bytes of f32 result
+  static constexpr int64_t TILE_BYTES = int64_t(512) << 10;       // one thread's f32 tile
   bool gate_in_tiles(int dst, int src, int w, int b, const memory::desc& bias_md,
                      const dnnl::convolution_forward::primitive_desc& pd, const Acts& acts);
-
   void reduction(int x, int y, Reduce op, int64_t outer, int64_t run, int64_t inner);
   void column_softmax(int x, int y, int64_t outer, int64_t run, int64_t inner, bool log);
   void row_layer_norm(int x, int r, int scale, int bias, int y, int64_t rows, int64_t cols, float epsilon);
