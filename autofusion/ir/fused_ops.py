@@ -215,8 +215,8 @@ def inline(op: GraphBuilder, body: Graph, inputs: list[Value], expand: bool = Fa
     """Copy a subgraph's nodes into op's graph, reading `inputs` for its inputs; with `expand`,
     a fused op among them as its decomposition (standard ONNX ops only)."""
     copies: dict[int, Value] = {id(b): v for b, v in zip(body.inputs, inputs)}
-    for v in body.constants.values():
-        copies[id(v)] = op.constant(v.const, v.name)
+    for v in body.constants.values():   # as they are: a scalar stays a scalar (a Gather's index)
+        copies[id(v)] = op.graph.add_constant(op.graph.fresh_name(v.name), v.const, v.dtype)
     for n in body.nodes:
         args = [None if v is None else copies[id(v)] for v in n.inputs]
         if expand and n.domain == FUSED_DOMAIN:
