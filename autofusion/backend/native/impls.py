@@ -148,6 +148,41 @@ def emit_conv(node: Node, p: PartitionSource) -> None:
            p.in_place(node))
 
 
+def _conv_transpose_pads(node: Node) -> tuple[list[int], list[int]] | str:
+    """ConvTranspose's (pads at the begin, at the end less output_padding) as oneDNN's
+    deconvolution takes them, or why not."""
+    nd = node.inputs[1].rank - 2
+    if node.attr("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
+        return f"auto_pad {node.attr('auto_pad')}: explicit pads only"
+    if node.attr("output_shape"):
+        return "output_shape given: explicit pads only"
+    pads = list(node.attr("pads") or [0] * (2 * nd)) if node.attr("auto_pad", "NOTSET") == "NOTSET" else [0] * (2 * nd)
+    extra = list(node.attr("output_padding") or [0] * nd)
+    end = [e - o for e, o in zip(pads[nd:], extra)]
+    if any(e < 0 for e in end):
+        return "output_padding beyond the end padding (oneDNN's deconvolution pads no less than 0)"
+    return pads[:nd], end
+
+
+def check_conv_transpose(node: Node) -> str | None:
+    x = node.inputs[0]
+    pads = _conv_transpose_pads(node)
+    return first(dense(node), constant(node, 1, "weight"), constant(node, 2, "bias"),
+                 None if x.rank in (3, 4, 5) else f"a {x.rank}-D input: oneDNN deconvolves 1-D to 3-D",
+                 pads if isinstance(pads, str) else None)
+
+
+@native("ConvTranspose", check=check_conv_transpose, reduced=True)
+def emit_conv_transpose(node: Node, p: PartitionSource) -> None:
+    """oneDNN deconvolution: layouts oneDNN picks, the weight (held as ONNX holds it) reordered
+    once, the bias as the primitive's; ONNX's output_padding is the end padding's shortfall."""
+    nd = node.inputs[1].rank - 2
+    begin, end = _conv_transpose_pads(node)
+    p.call("deconv", p.out(node), p.ref(node.inputs[0]), p.ref(node.inputs[1]), p.ref(node.input(2)),
+           dims(node.attr("strides") or [1] * nd), dims(node.attr("dilations") or [1] * nd),
+           dims(begin), dims(end), node.attr("group", 1), p.acts([]))
+
+
 # ---- pooling ---------------------------------------------------------------------------------
 
 def _pool_window(node: Node) -> tuple[list[int], list[int], list[int], list[int], list[int]]:

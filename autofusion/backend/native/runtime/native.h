@@ -87,6 +87,10 @@ class Partition {
   void conv(int dst, int src, int w, int b, int residual, const Dims& strides,
             const Dims& dilations, const Dims& pad_begin, const Dims& pad_end, int64_t groups,
             const Acts& acts, bool in_place = false);
+  // act(conv_transpose(src, w) + b): ONNX's ConvTranspose, w a constant as ONNX holds it
+  // ([C_in, C_out/groups, k...]); pad_end less ONNX's output_padding (the extra output at the end)
+  void deconv(int dst, int src, int w, int b, const Dims& strides, const Dims& dilations,
+              const Dims& pad_begin, const Dims& pad_end, int64_t groups, const Acts& acts);
   void pool(int dst, int src, Pool kind, const Dims& kernel, const Dims& strides,
             const Dims& dilations, const Dims& pad_begin, const Dims& pad_end);
   // src's spatial axes scaled to dst's (oneDNN's resampling, the factors dst's sizes over src's):

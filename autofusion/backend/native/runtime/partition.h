@@ -247,6 +247,7 @@ struct Partition::Impl {
   int produce(int dst, const memory::desc& md);
   int write_over(int dst, int src, bool in_place);
   memory constant_as(int id, const memory::desc& md);
+  memory constant_as(int id, const memory::desc& seen_as, const memory::desc& md);
 
   // ---- steps (steps.cpp)
   void decide(const std::string& choice);

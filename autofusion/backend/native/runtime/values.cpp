@@ -353,6 +353,22 @@ int Partition::Impl::write_over(int dst, int src, bool in_place) {
   return dst;
 }
 
+// a constant's bytes, seen through `seen_as` (its axes in another order: a deconvolution's weight),
+// copied into memory of layout `md`, once
+memory Partition::Impl::constant_as(int id, const memory::desc& seen_as, const memory::desc& md) {
+  Val& c = val(id);
+  if (c.kind != Kind::Constant) fail("value " + std::to_string(id) + " must be a constant");
+  if (seen_as.get_size() != c.owned.get_desc().get_size()) fail("a constant seen through a layout of another size");
+  auto make = [&] {
+    memory src(seen_as, eng, c.owned.get_data_handle());
+    memory out(md, eng);
+    dnnl::reorder(src, out).execute(strm, src, out);
+    strm.wait();
+    return out;
+  };
+  return shared ? shared->as(c.slot, md, make) : make();
+}
+
 // a constant copied into memory of layout `md` (weights reordered once, here)
 memory Partition::Impl::constant_as(int id, const memory::desc& md) {
   Val& c = val(id);
