@@ -151,13 +151,25 @@ def emit_conv(node: Node, p: PartitionSource) -> None:
 def _conv_transpose_pads(node: Node) -> tuple[list[int], list[int]] | str:
     """ConvTranspose's (pads at the begin, at the end less output_padding) as oneDNN's
     deconvolution takes them, or why not."""
-    nd = node.inputs[1].rank - 2
-    if node.attr("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
-        return f"auto_pad {node.attr('auto_pad')}: explicit pads only"
+    w = node.inputs[1]
+    nd = w.rank - 2
+    auto = node.attr("auto_pad", "NOTSET")
     if node.attr("output_shape"):
         return "output_shape given: explicit pads only"
-    pads = list(node.attr("pads") or [0] * (2 * nd)) if node.attr("auto_pad", "NOTSET") == "NOTSET" else [0] * (2 * nd)
     extra = list(node.attr("output_padding") or [0] * nd)
+    if auto in ("SAME_UPPER", "SAME_LOWER") and any(extra):
+        return f"auto_pad {auto} with output_padding: ONNX's shape inference and ONNX Runtime disagree on the size"
+    if auto in ("SAME_UPPER", "SAME_LOWER"):   # the output is the input times the stride
+        kernel = node.attr("kernel_shape") or w.shape[2:]
+        totals = [o + (k - 1) * d + 1 - s for o, k, d, s in zip(
+            extra, kernel, node.attr("dilations") or [1] * nd, node.attr("strides") or [1] * nd)]
+        if any(t < 0 for t in totals):
+            return f"auto_pad {auto} with a stride above the kernel's extent: negative padding"
+        small = [t // 2 for t in totals]
+        large = [t - t // 2 for t in totals]
+        pads = small + large if auto == "SAME_UPPER" else large + small
+    else:
+        pads = list(node.attr("pads") or [0] * (2 * nd)) if auto == "NOTSET" else [0] * (2 * nd)
     end = [e - o for e, o in zip(pads[nd:], extra)]
     if any(e < 0 for e in end):
         return "output_padding beyond the end padding (oneDNN's deconvolution pads no less than 0)"
