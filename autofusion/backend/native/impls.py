@@ -16,7 +16,7 @@ import numpy as np
 
 from ...ir import DType, Node, Value
 from ...ir.activations import ACTIVATION_OPS, ELTWISE, FUNCTIONS, activation, clip_bounds, eltwise_steps
-from ...ir.attributes import opset_of
+from ...ir.attributes import const_ints, normalize_axis, opset_of
 from ...ir.builder import fused
 from ...ir.dims import slice_bounds, symbolic_slice_bounds
 from ...ir.fused_ops import mask_dead_rows, mask_fits
@@ -193,6 +193,43 @@ def emit_conv_transpose(node: Node, p: PartitionSource) -> None:
     p.call("deconv", p.out(node), p.ref(node.inputs[0]), p.ref(node.inputs[1]), p.ref(node.input(2)),
            dims(node.attr("strides") or [1] * nd), dims(node.attr("dilations") or [1] * nd),
            dims(begin), dims(end), node.attr("group", 1), p.acts([]))
+
+
+# ---- padding ---------------------------------------------------------------------------------
+
+def _pad_counts(node: Node) -> tuple[list[int], list[int], float] | str:
+    """Pad's (before, after) counts per axis of its input and its constant value, or why not."""
+    rank = node.inputs[0].rank
+    if node.attr("mode", "constant") != "constant":
+        return f"mode {node.attr('mode')!r}: constant padding only"
+    if opset_of(node) < 11:
+        pads, axes, value = node.attr("pads", node.attr("paddings")), list(range(rank)), node.attr("value", 0.0)
+    else:
+        pads = const_ints(node.inputs[1])
+        axes = list(range(rank)) if node.input(3) is None else const_ints(node.input(3))
+        v = node.input(2)
+        if v is not None and (v.const is None or v.const.size != 1):
+            return "the padding value is computed at run time"
+        value = 0.0 if v is None else float(v.const.reshape(-1)[0])
+    if pads is None or axes is None:
+        return "the pads are computed at run time"
+    before, after = [0] * rank, [0] * rank
+    for j, a in enumerate(normalize_axis(a, rank) for a in axes):
+        before[a], after[a] = pads[j], pads[j + len(axes)]
+    return before, after, value
+
+
+def check_pad(node: Node) -> str | None:
+    counts = _pad_counts(node)
+    return first(dense(node, (0,)), counts if isinstance(counts, str) else None)
+
+
+@native("Pad", check=check_pad, tensors=(0,))
+def emit_pad(node: Node, p: PartitionSource) -> None:
+    """The border filled with the value, the input copied into the interior (a negative count
+    crops): the runtime's fill and a reorder."""
+    before, after, value = _pad_counts(node)
+    p.call("pad", p.out(node), p.ref(node.inputs[0]), dims(before), dims(after), p.float(value))
 
 
 # ---- pooling ---------------------------------------------------------------------------------

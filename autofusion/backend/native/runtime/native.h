@@ -91,6 +91,9 @@ class Partition {
   // ([C_in, C_out/groups, k...]); pad_end less ONNX's output_padding (the extra output at the end)
   void deconv(int dst, int src, int w, int b, const Dims& strides, const Dims& dilations,
               const Dims& pad_begin, const Dims& pad_end, int64_t groups, const Acts& acts);
+  // src with `begin`/`end` values of `value` added before/after each axis (a negative count
+  // crops): ONNX's Pad in constant mode; dst dense
+  void pad(int dst, int src, const Dims& begin, const Dims& end, float value);
   void pool(int dst, int src, Pool kind, const Dims& kernel, const Dims& strides,
             const Dims& dilations, const Dims& pad_begin, const Dims& pad_end);
   // src's spatial axes scaled to dst's (oneDNN's resampling, the factors dst's sizes over src's):

@@ -326,6 +326,20 @@ void Partition::Impl::reduction(int x, int y, Reduce op, int64_t outer, int64_t 
   execs.push_back(std::move(own));
 }
 
+// every value of dense f32 y set to `value` (a Pad's border, before its interior is copied in)
+void Partition::Impl::fill(int y, float value) {
+  Exec own{dnnl::primitive(), {use(DNNL_ARG_DST, y)}, {}, node, step};
+  own.own = [value](Exec& e) {
+    const memory& m = e.bound[DNNL_ARG_DST];
+    float* ys = static_cast<float*>(m.get_data_handle());
+    const int64_t n = int64_t(m.get_desc().get_size() / sizeof(float));
+#pragma omp parallel for simd schedule(static) if (n >= PARALLEL_FROM)
+    for (int64_t i = 0; i < n; ++i) ys[i] = value;
+  };
+  own.kernel = "runtime fill";
+  execs.push_back(std::move(own));
+}
+
 // the softmax of row-major f32 x into y along an axis of `run` values between `outer` and `inner`
 // (softmax.h)
 void Partition::Impl::column_softmax(int x, int y, int64_t outer, int64_t run, int64_t inner, bool log) {

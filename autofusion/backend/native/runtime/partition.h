@@ -280,6 +280,7 @@ struct Partition::Impl {
   bool gate_in_tiles(int dst, int src, int w, int b, const memory::desc& bias_md,
                      const dnnl::convolution_forward::primitive_desc& pd, const Acts& acts);
   void reduction(int x, int y, Reduce op, int64_t outer, int64_t run, int64_t inner);
+  void fill(int y, float value);
   void column_softmax(int x, int y, int64_t outer, int64_t run, int64_t inner, bool log);
   void row_layer_norm(int x, int r, int scale, int bias, int y, int64_t rows, int64_t cols, float epsilon);
   bool gemv_takes_rows() const;

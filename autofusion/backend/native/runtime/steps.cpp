@@ -228,6 +228,28 @@ void Partition::deconv(int dst, int src, int w, int b, const Dims& strides, cons
   m.finish(dst, y);
 }
 
+void Partition::pad(int dst, int src, const Dims& begin, const Dims& end, float value) {
+  Impl& m = *impl_;
+  const Dims& from = m.val(src).shape;
+  const Dims& to = m.val(dst).shape;
+  // the block of src that lands in dst (a negative pad crops it) and where it lands
+  Dims extent(from.size()), at_src(from.size()), at_dst(from.size());
+  for (size_t i = 0; i < from.size(); ++i) {
+    at_src[i] = std::max<int64_t>(-begin[i], 0);
+    at_dst[i] = std::max<int64_t>(begin[i], 0);
+    extent[i] = from[i] - at_src[i] - std::max<int64_t>(-end[i], 0);
+    if (extent[i] < 0 || at_dst[i] + extent[i] > to[i]) m.fail("pads that do not fit the output");
+  }
+  const int x = m.ensure(src, plain(from));
+  const int y = m.produce(dst, plain(to));
+  auto adds = [](int64_t n) { return n > 0; };
+  if (std::any_of(begin.begin(), begin.end(), adds) || std::any_of(end.begin(), end.end(), adds))
+    m.fill(y, value);   // the border; the block copied over its interior next
+  if (std::all_of(extent.begin(), extent.end(), [](int64_t e) { return e > 0; }))
+    m.reorder(x, plain(from).submemory_desc(extent, at_src), y, plain(to).submemory_desc(extent, at_dst));
+  m.finish(dst, y);
+}
+
 void Partition::pool(int dst, int src, Pool kind, const Dims& kernel, const Dims& strides,
                      const Dims& dilations, const Dims& pad_begin, const Dims& pad_end) {
   Impl& m = *impl_;

@@ -1,0 +1,78 @@
+"""Pad in constant mode natively (impls.py emit_pad, the runtime's pad step: the border filled,
+the input copied into the interior, a negative count cropping): any axes, a value, opset 11 and
+18 forms (axes), symbolic sizes; equal to ONNX Runtime. Other modes and run-time pads refused."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+import autofusion
+from autofusion.backend.native import unavailable
+
+pytestmark = pytest.mark.skipif(unavailable() is not None, reason=f"native backend: {unavailable()}")
+
+RNG = np.random.default_rng(0)
+
+
+def pad_model(shape: list, pads: list[int], value: float | None = None, axes: list[int] | None = None,
+              mode: str = "constant", pads_input: bool = False) -> onnx.ModelProto:
+    inits = [] if pads_input else [onnx.numpy_helper.from_array(np.array(pads, np.int64), "pads")]
+    names = ["x", "pads", "" if value is None else "value"] + (["axes"] if axes is not None else [])
+    if value is not None:
+        inits.append(onnx.numpy_helper.from_array(np.array(value, np.float32), "value"))
+    if axes is not None:
+        inits.append(onnx.numpy_helper.from_array(np.array(axes, np.int64), "axes"))
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)]
+    if pads_input:
+        inputs.append(helper.make_tensor_value_info("pads", TensorProto.INT64, [len(pads)]))
+    g = helper.make_graph([helper.make_node("Pad", names, ["y"], name="pad", mode=mode)], "pad", inputs,
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def check(model: onnx.ModelProto, *sizes: tuple) -> autofusion.CompiledModel:
+    compiled = autofusion.compile(model, level=0, backend="native")
+    (node,) = compiled.graph.nodes
+    assert compiled.plan.decisions[node].impl.target == "native", compiled.plan.decisions[node].refused
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for size in sizes:
+        x = RNG.standard_normal(size).astype(np.float32)
+        (want,) = session.run(None, {"x": x})
+        got = compiled(x)
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+    return compiled
+
+
+@pytest.mark.parametrize("pads, value", [
+    ([0, 0, 1, 2, 0, 0, 3, 4], None),        # a detector's spatial zero padding
+    ([0, 1, 0, 0, 0, 2, 0, 0], -1.5),        # channels, with a value
+    ([0, 0, -1, 2, 0, 0, 1, -2], 0.25),      # cropping and padding at once
+    ([0, 0, 0, 0, 0, 0, 0, 0], None),        # nothing: a copy
+])
+def test_constant_padding_equals_onnx_runtime(pads, value):
+    check(pad_model([1, 3, 5, 6], pads, value), (1, 3, 5, 6))
+
+
+def test_padding_of_the_named_axes_only():
+    check(pad_model([2, 7, 4], [1, 3], 2.0, axes=[-1]), (2, 7, 4))
+
+
+def test_symbolic_sizes():
+    check(pad_model([1, 4, "h", "w"], [0, 0, 0, 1, 0, 0, 1, 1]), (1, 4, 3, 5), (1, 4, 8, 1), (1, 4, 1, 1))
+
+
+@pytest.mark.parametrize("mode, pads_input, reason", [
+    ("reflect", False, "mode 'reflect': constant padding only"),
+    ("edge", False, "mode 'edge': constant padding only"),
+    ("constant", True, "the pads are computed at run time"),
+])
+def test_what_it_refuses_it_names(mode, pads_input, reason):
+    model = pad_model([1, 3, 5, 6], [0, 0, 1, 1, 0, 0, 1, 1], mode=mode, pads_input=pads_input)
+    compiled = autofusion.compile(model, level=0, backend="native")
+    (node,) = compiled.graph.nodes
+    assert compiled.plan.decisions[node].impl.target == "torch"
+    assert any(reason in why for _, why in compiled.plan.decisions[node].refused), compiled.plan.decisions[node].refused
