@@ -7,6 +7,8 @@ import pytest
 import torch
 
 import autofusion
+from autofusion.backend.native import unavailable
+from autofusion.backend.precision import has_bf16
 from autofusion.ir import verify
 
 from .architectures import ARCHITECTURES
@@ -53,6 +55,22 @@ def test_positional_and_named_calls_agree(arch):
     compiled = autofusion.compile(model)
     by_position = compiled(*[feeds[n] for n in compiled.input_names])
     np.testing.assert_array_equal(by_position, compiled(**feeds))
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_no_step_runs_on_a_reference_kernel(arch, precision):
+    """oneDNN's reference kernels (`ref:`) are what it picks where no fast kernel takes a problem,
+    often hundreds of times slower: a plan of these architectures has none, in fp32 or bf16."""
+    if unavailable() is not None:
+        pytest.skip(f"native backend: {unavailable()}")
+    if precision == "bf16" and not has_bf16():
+        pytest.skip("no bf16 on this CPU")
+    name, model, feeds = arch
+    compiled = autofusion.compile(model, backend="native", precision=precision)
+    compiled.run(feeds)   # symbolic sizes: set up on the first call
+    slow = {n.name: k for n, k in compiled.plan.kernels.items()
+            if any(part.removeprefix("reorder ").startswith("ref") for part in k.split(" + "))}
+    assert not slow, slow
 
 
 def test_resnet_keeps_its_batchnorms():
