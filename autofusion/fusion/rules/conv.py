@@ -76,6 +76,10 @@ def fused_conv_clip(op, x, w, b=None, z=None, low=None, high=None):   # ReLU6 is
     return op.Clip(open_fused_conv(op, x, w, b, z), low, high, _name="act")
 
 
+def padded_fused_conv(op, x, pads, w, value=None, b=None, z=None):   # a framework's explicit zero Pad
+    return op.FusedConv(op.Pad(x, pads, value, _name="pad"), w, b, z, _domain=FUSED_DOMAIN, _name="conv")
+
+
 def gated_fused_conv(op, x, g, w, b=None, z=None):
     return op.FusedConv(op.Mul(x, g, _name="gate"), w, b, z, _domain=FUSED_DOMAIN, _name="conv")
 
@@ -102,6 +106,39 @@ def fused_conv_replace(op, m: Match) -> Value:
     if m.has("act"):
         attrs.update(activation_of(m.node("act")))
     return op.FusedConv(m.x, w, b, m.values.get("z"), **attrs)
+
+
+def pad_problem(m: Match) -> str | None:
+    """A zero Pad of the spatial axes alone, by constant counts of at least 0, into a FusedConv
+    with explicit pads: the convolution's own zero padding, made larger."""
+    pad, conv = m.node("pad"), m.node("conv")
+    where = f"Pad {pad.name!r}"
+    if attr_value(pad, "mode") != "constant":
+        return f"{where}: mode {attr_value(pad, 'mode')!r}, not zeros"
+    if m.values.get("value") is not None and (m.value.const is None or np.any(m.value.const != 0)):
+        return f"{where}: pads with a value that is not a constant 0"
+    if m.pads.const is None:
+        return f"{where}: its pads are computed at run time"
+    counts = m.pads.const.reshape(-1).tolist()
+    rank = len(counts) // 2
+    if any(counts[i] for i in (0, 1, rank, rank + 1)):
+        return f"{where}: pads the batch or channel axis"
+    if min(counts) < 0:
+        return f"{where}: crops (a negative count)"
+    if conv.attr("pads") is None:
+        return f"FusedConv {conv.name!r}: its pads depend on sizes that are not static"
+    return None
+
+
+def pad_into_conv(op, m: Match) -> Value:
+    """The FusedConv with the Pad's spatial counts added to its own pads."""
+    conv = m.node("conv")
+    counts = m.pads.const.reshape(-1).tolist()
+    rank = len(counts) // 2
+    extra = counts[2:rank] + counts[rank + 2:]
+    attrs = dict(conv.attrs)
+    attrs["pads"] = [int(a + b) for a, b in zip(conv.attr("pads"), extra)]
+    return op.FusedConv(m.x, m.w, m.b, m.values.get("z"), **attrs)
 
 
 def gate_into_weight(op, m: Match) -> Value:
@@ -258,6 +295,8 @@ RULES = [
          [conv_bn], fused_conv_replace, check_fusion),
     Rule("ConvFusionOp", 1, "Conv → FusedConv: prepacked oneDNN weight, channels-last activations",
          [plain_conv], fused_conv_replace, check_fusion),
+    Rule("PadConvFusionOp", 1, "Pad (zeros, spatial axes) + FusedConv → the padding in the convolution's own",
+         [padded_fused_conv], pad_into_conv, pad_problem),
     Rule("ConvGateFusionOp", 2,
          "Mul(x, per-channel gate) + FusedConv → the gate in the weight, W·g (squeeze-excitation)",
          [gated_fused_conv], gate_into_weight, gate_problem, applies=is_channel_gate),

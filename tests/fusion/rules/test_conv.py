@@ -15,7 +15,7 @@ import autofusion
 from autofusion.backend.torch_cpu import fused
 from tests.models.architectures import ARCHITECTURES, Bottleneck, export
 
-from .harness import assert_same_outputs, fuse, matched, onnx_model
+from .harness import assert_same_outputs, fuse, matched, near_miss, onnx_model
 
 
 @pytest.fixture(params=["onednn", "pytorch"])
@@ -431,3 +431,44 @@ def test_small_dense_convs_run_on_pytorch_and_the_rest_on_onednn():
     assert fused.conv_onednn_pays((64, 64, 3, 3), 1, [8, 8])            # long 3x3 reduction
     assert fused.conv_onednn_pays((64, 1, 3, 3), 64, [4, 4])            # depthwise
     assert fused.conv_onednn_pays((64, 256, 1, 1), 1, [56, 56])         # ResNet-50 1x1
+
+
+# ---- Pad + Conv: a framework's explicit zero padding (tf2onnx, Keras's ZeroPadding2D) ---------
+
+def padded_conv(pads: list[int], mode: str = "constant", value: float | None = None, conv_pads=(0, 0, 0, 0),
+                stride: int = 2) -> "onnx.ModelProto":
+    w = np.random.default_rng(0).standard_normal((8, 4, 3, 3)).astype(np.float32)
+    inits = {"w": w, "pads": np.array(pads, np.int64)}
+    pad_inputs = ["x", "pads"]
+    if value is not None:
+        inits["value"] = np.array(value, np.float32)
+        pad_inputs.append("value")
+    nodes = [helper.make_node("Pad", pad_inputs, ["p"], name="pad", mode=mode),
+             helper.make_node("Conv", ["p", "w"], ["y"], name="conv", strides=[stride, stride], pads=list(conv_pads))]
+    return onnx_model(nodes, {"x": (1, 4, 9, 10)}, ["y"], inits)
+
+
+@pytest.mark.parametrize("pads, conv_pads", [([0, 0, 0, 0, 0, 0, 1, 1], (0, 0, 0, 0)),     # Keras's 'valid' after padding
+                                             ([0, 0, 1, 2, 0, 0, 2, 1], (1, 1, 1, 1))])
+def test_a_zero_pad_becomes_the_convolutions_own(pads, conv_pads):
+    model = padded_conv(pads, conv_pads=conv_pads)
+    graph, report = fuse(model, level=1)
+    assert matched(report, "PadConvFusionOp") == 1
+    assert [n.op_type for n in graph.nodes] == ["FusedConv"]
+    rank = len(pads) // 2
+    assert graph.nodes[0].attr("pads") == [c + p for c, p in zip(conv_pads, pads[2:rank] + pads[rank + 2:])]
+    assert_same_outputs(model, level=1)
+
+
+@pytest.mark.parametrize("pads, mode, value, reason", [
+    ([0, 0, 1, 1, 0, 0, 1, 1], "reflect", None, "mode 'reflect', not zeros"),
+    ([0, 0, 1, 1, 0, 0, 1, 1], "constant", 0.5, "a value that is not a constant 0"),
+    ([1, 0, 0, 0, 0, 0, 0, 0], "constant", None, "pads the batch or channel axis"),
+    ([0, 0, -1, 0, 0, 0, 1, 1], "constant", None, "crops"),
+])
+def test_a_pad_the_convolution_cannot_take_stays(pads, mode, value, reason):
+    model = padded_conv(pads, mode, value)
+    graph, report = fuse(model, level=1)
+    assert matched(report, "PadConvFusionOp") == 0
+    assert reason in near_miss(report, "PadConvFusionOp")
+    assert_same_outputs(model, level=1)
