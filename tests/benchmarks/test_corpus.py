@@ -16,7 +16,6 @@ ENTRIES = {e.name: e for e in ci_entries()}
 # what still runs on PyTorch at level 2 (the corpus benchmark's table says why): op -> nodes
 EXPECTED_ON_TORCH = {
     "db_text_detector": {"Add": 3},   # an FPN sum whose two sides' sizes are equal only at run time
-    "crnn_recognizer": {"LSTM": 2},
     # the anchor strides, expanded to the feature maps' sizes read inside the network
     "yolo_detector": {"Expand": 6, "Concat": 1, "Mul": 1},
 }

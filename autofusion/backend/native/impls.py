@@ -232,6 +232,55 @@ def emit_pad(node: Node, p: PartitionSource) -> None:
     p.call("pad", p.out(node), p.ref(node.inputs[0]), dims(before), dims(after), p.float(value))
 
 
+# ---- recurrent -------------------------------------------------------------------------------
+
+# ONNX orders an LSTM's gates i, o, f, c; oneDNN i, f, c, o
+_LSTM_GATES = [0, 2, 3, 1]
+_LSTM_DEFAULT_ACTIVATIONS = ["Sigmoid", "Tanh", "Tanh"]
+
+
+def _read(node: Node, j: int) -> bool:
+    v = node.outputs[j] if j < len(node.outputs) else None
+    return v is not None and (bool(v.uses) or any(o is v for o in (node.graph.outputs if node.graph else ())))
+
+
+def check_lstm(node: Node) -> str | None:
+    d = 2 if node.attr("direction", "forward") == "bidirectional" else 1
+    acts = node.attr("activations")
+    return first(
+        _refusal(node.inputs[0], "input"),
+        *(_refusal(node.outputs[j], "output") for j in range(len(node.outputs)) if _read(node, j)),
+        *(constant(node, i, what) for i, what in ((1, "weight"), (2, "recurrent weight"), (3, "bias"))),
+        None if node.input(4) is None else "sequence_lens given: every sequence as long as the input only",
+        None if node.input(7) is None else "peephole weights (P): oneDNN's LSTM takes them, not wired here",
+        None if node.attr("layout", 0) == 0 else "layout 1 (batch first)",
+        None if not acts or [a.lower() for a in acts] == [a.lower() for a in _LSTM_DEFAULT_ACTIVATIONS * d]
+        else f"activations {acts}: sigmoid, tanh, tanh only",
+        None if node.attr("clip") is None else "a cell clip",
+        None if not node.attr("input_forget", 0) else "input_forget (coupled gates)",
+        *(_refusal(node.input(i), "input") for i in (5, 6)))
+
+
+@native("LSTM", check=check_lstm, tensors=(0, 5, 6))
+def emit_lstm(node: Node, p: PartitionSource) -> None:
+    """oneDNN's LSTM: the weights reordered here into its layout (gates i, f, c, o; [1, D, I, 4,
+    H]), the two biases summed; Y a view of oneDNN's [T, N, D·H] result."""
+    w, r = node.inputs[1].const, node.inputs[2].const              # [D, 4H, I], [D, 4H, H]
+    d, hidden = w.shape[0], w.shape[1] // 4
+    def gates(a: np.ndarray) -> np.ndarray:                          # [D, 4H, K] -> [1, D, K, 4, H]
+        g = a.reshape(d, 4, hidden, -1)[:, _LSTM_GATES]
+        return np.ascontiguousarray(g.transpose(0, 3, 1, 2)[None], dtype=np.float32)
+    b = node.input(3)
+    bias = (np.zeros((d, 8 * hidden), np.float32) if b is None else b.const).reshape(d, 2, 4, hidden)
+    bias = np.ascontiguousarray(bias.sum(1)[:, _LSTM_GATES][None], dtype=np.float32)   # [1, D, 4, H]
+    steps, batch = node.inputs[0].shape[:2]
+    shapes = ([steps, d, batch, hidden], [d, batch, hidden], [d, batch, hidden])
+    outs = [p.out(node, j) if _read(node, j) else p.temp(shape, plain=True) for j, shape in enumerate(shapes)]
+    p.call("lstm", *outs, p.ref(node.inputs[0]), p.const(gates(w), f"{node.name}_w"),
+           p.const(gates(r), f"{node.name}_r"), p.const(bias, f"{node.name}_b"),
+           p.ref(node.input(5)), p.ref(node.input(6)), int(node.attr("direction", "forward") == "reverse"))
+
+
 # ---- pooling ---------------------------------------------------------------------------------
 
 def _pool_window(node: Node) -> tuple[list[int], list[int], list[int], list[int], list[int]]:

@@ -94,6 +94,11 @@ class Partition {
   // src with `begin`/`end` values of `value` added before/after each axis (a negative count
   // crops): ONNX's Pad in constant mode; dst dense
   void pad(int dst, int src, const Dims& begin, const Dims& end, float value);
+  // ONNX's LSTM (layout 0, default activations) as oneDNN's: x [T, N, I]; w [1, D, I, 4, H] and
+  // r [1, D, H, 4, H] (ldigo, gates in oneDNN's order i, f, c, o), b [1, D, 4, H] (ONNX's two
+  // biases summed), constants; h0, c0 [D, N, H] or -1 (zeros); y [T, D, N, H], y_h and y_c
+  // [D, N, H]; directions 1 (forward; `reverse` 1: backward) or 2 (both, concatenated)
+  void lstm(int y, int y_h, int y_c, int x, int w, int r, int b, int h0, int c0, int reverse);
   void pool(int dst, int src, Pool kind, const Dims& kernel, const Dims& strides,
             const Dims& dilations, const Dims& pad_begin, const Dims& pad_end);
   // src's spatial axes scaled to dst's (oneDNN's resampling, the factors dst's sizes over src's):
