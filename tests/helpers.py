@@ -39,3 +39,22 @@ def flat_320_model() -> onnx.ModelProto:
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "height"])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [shape])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def one_native_node_like_onnxruntime(model: onnx.ModelProto, *sizes: tuple, tolerance: float = 0.0):
+    """A one-node model (input "x") compiled at level 0 runs natively and equals ONNX Runtime at
+    each input size (`tolerance`: relative and absolute; 0, bit for bit)."""
+    import autofusion
+    import onnxruntime as ort
+    compiled = autofusion.compile(model, level=0, backend="native")
+    (node,) = compiled.graph.nodes
+    assert compiled.plan.decisions[node].impl.target == "native", compiled.plan.decisions[node].refused
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    for size in sizes:
+        x = rng.standard_normal(size).astype(np.float32)
+        (want,) = session.run(None, {"x": x})
+        got = compiled(x)
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=tolerance, atol=tolerance)
+    return compiled

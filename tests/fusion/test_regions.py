@@ -605,8 +605,8 @@ def test_random_dags_fuse_without_cycles_and_keep_their_values(model, max_nodes)
     verify(fused.graph)
     want = autofusion.compile(model, level=0, backend="torch").run(feeds)
     got = fused.run(feeds)
-    for k in want:   # the same PyTorch calls, one by one
-        np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-5)
+    for k in want:   # a region may run as one generated kernel (other rounding: contracted
+        assert_near(got[k], want[k], 1e-4)   # multiply-adds), which an exp chain amplifies
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])

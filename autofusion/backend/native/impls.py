@@ -239,7 +239,8 @@ _LSTM_GATES = [0, 2, 3, 1]
 _LSTM_DEFAULT_ACTIVATIONS = ["Sigmoid", "Tanh", "Tanh"]
 
 
-def _read(node: Node, j: int) -> bool:
+def _is_read(node: Node, j: int) -> bool:
+    """Whether output j exists and something reads it (a graph output counts)."""
     v = node.outputs[j] if j < len(node.outputs) else None
     return v is not None and (bool(v.uses) or any(o is v for o in (node.graph.outputs if node.graph else ())))
 
@@ -249,7 +250,7 @@ def check_lstm(node: Node) -> str | None:
     acts = node.attr("activations")
     return first(
         _refusal(node.inputs[0], "input"),
-        *(_refusal(node.outputs[j], "output") for j in range(len(node.outputs)) if _read(node, j)),
+        *(_refusal(node.outputs[j], "output") for j in range(len(node.outputs)) if _is_read(node, j)),
         *(constant(node, i, what) for i, what in ((1, "weight"), (2, "recurrent weight"), (3, "bias"))),
         None if node.input(4) is None else "sequence_lens given: every sequence as long as the input only",
         None if node.input(7) is None else "peephole weights (P): oneDNN's LSTM takes them, not wired here",
@@ -275,7 +276,7 @@ def emit_lstm(node: Node, p: PartitionSource) -> None:
     bias = np.ascontiguousarray(bias.sum(1)[:, _LSTM_GATES][None], dtype=np.float32)   # [1, D, 4, H]
     steps, batch = node.inputs[0].shape[:2]
     shapes = ([steps, d, batch, hidden], [d, batch, hidden], [d, batch, hidden])
-    outs = [p.out(node, j) if _read(node, j) else p.temp(shape, plain=True) for j, shape in enumerate(shapes)]
+    outs = [p.out(node, j) if _is_read(node, j) else p.temp(shape, plain=True) for j, shape in enumerate(shapes)]
     p.call("lstm", *outs, p.ref(node.inputs[0]), p.const(gates(w), f"{node.name}_w"),
            p.const(gates(r), f"{node.name}_r"), p.const(bias, f"{node.name}_b"),
            p.ref(node.input(5)), p.ref(node.input(6)), int(node.attr("direction", "forward") == "reverse"))

@@ -12,6 +12,7 @@ from onnx import TensorProto, helper
 
 import autofusion
 from autofusion.backend.native import unavailable
+from tests.helpers import one_native_node_like_onnxruntime
 from autofusion.backend.precision import has_bf16
 
 pytestmark = pytest.mark.skipif(unavailable() is not None, reason=f"native backend: {unavailable()}")
@@ -37,17 +38,7 @@ def conv_transpose(cin: int, cout: int, kernel: tuple, spatial: tuple, bias: boo
 
 
 def check(model: onnx.ModelProto, *sizes: tuple) -> autofusion.CompiledModel:
-    compiled = autofusion.compile(model, level=0, backend="native")
-    (node,) = compiled.graph.nodes
-    assert compiled.plan.decisions[node].impl.target == "native", compiled.plan.decisions[node].refused
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    for size in sizes:
-        x = RNG.standard_normal(size).astype(np.float32)
-        (want,) = session.run(None, {"x": x})
-        got = compiled(x)
-        assert got.shape == want.shape
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
-    return compiled
+    return one_native_node_like_onnxruntime(model, *sizes, tolerance=1e-4)
 
 
 @pytest.mark.parametrize("cin, cout, kernel, attrs", [

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
 import autofusion
 from autofusion.backend.native import unavailable
+from tests.helpers import one_native_node_like_onnxruntime
 
 pytestmark = pytest.mark.skipif(unavailable() is not None, reason=f"native backend: {unavailable()}")
 
@@ -34,17 +34,7 @@ def pad_model(shape: list, pads: list[int], value: float | None = None, axes: li
 
 
 def check(model: onnx.ModelProto, *sizes: tuple) -> autofusion.CompiledModel:
-    compiled = autofusion.compile(model, level=0, backend="native")
-    (node,) = compiled.graph.nodes
-    assert compiled.plan.decisions[node].impl.target == "native", compiled.plan.decisions[node].refused
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    for size in sizes:
-        x = RNG.standard_normal(size).astype(np.float32)
-        (want,) = session.run(None, {"x": x})
-        got = compiled(x)
-        assert got.shape == want.shape
-        np.testing.assert_array_equal(got, want)
-    return compiled
+    return one_native_node_like_onnxruntime(model, *sizes)
 
 
 @pytest.mark.parametrize("pads, value", [

@@ -373,16 +373,8 @@ memory Partition::Impl::constant_as(int id, const memory::desc& seen_as, const m
 memory Partition::Impl::constant_as(int id, const memory::desc& md) {
   Val& c = val(id);
   if (c.kind != Kind::Constant) fail("value " + std::to_string(id) + " must be a constant");
-  auto make = [&] {
-    memory::desc given = c.owned.get_desc();   // its dims as the step counts them ([C] as [1, C])
-    if (given.get_dims() != md.get_dims()) given = given.reshape(md.get_dims());
-    memory src(given, eng, c.owned.get_data_handle());
-    memory out(md, eng);
-    dnnl::reorder(src, out).execute(strm, src, out);
-    strm.wait();
-    return out;
-  };
-  return shared ? shared->as(c.slot, md, make) : make();
+  memory::desc given = c.owned.get_desc();   // its dims as the step counts them ([C] as [1, C])
+  return constant_as(id, given.get_dims() == md.get_dims() ? given : given.reshape(md.get_dims()), md);
 }
 
 Partition::Partition(const void* const* constants, Constants* shared) : impl_(new Impl(constants, shared)) {}
