@@ -41,8 +41,8 @@ class NativeLibrary:
         lib = self.lib = ctypes.CDLL(str(path))
         lib.af_build.restype = _c
         lib.af_build.argtypes = [_c, ctypes.c_int64, ctypes.POINTER(ctypes.c_char_p), _c, _c, _c]
-        lib.af_constants.restype, lib.af_constants.argtypes = _c, []
-        lib.af_constants_free.restype, lib.af_constants_free.argtypes = None, [_c]
+        lib.af_shared.restype, lib.af_shared.argtypes = _c, []
+        lib.af_shared_free.restype, lib.af_shared_free.argtypes = None, [_c]
         lib.af_run.restype = ctypes.c_int
         lib.af_run.argtypes = [_c, ctypes.POINTER(_c), ctypes.POINTER(_c), ctypes.c_int, ctypes.c_int]
         lib.af_free.restype, lib.af_free.argtypes = None, [_c]
@@ -120,11 +120,14 @@ class NativePartition:
                 if isinstance(d, str):
                     self.from_inputs.setdefault(d, (slot, axis))
         self.cache, self.on_built = max(int(cache), 1), built
-        # the constants as steps lay them out, made once for every set of sizes
-        self.shared = library.lib.af_constants()
-        weakref.finalize(self, library.lib.af_constants_free, self.shared)
+        # what every set of sizes shares: the constants as steps lay them out, and one arena
+        self.shared = library.lib.af_shared()
+        weakref.finalize(self, library.lib.af_shared_free, self.shared)
         self.built: OrderedDict[tuple, BuiltPartition] = OrderedDict()
         self._building = threading.Lock()   # callers with new sizes at once: one builds, none twice
+        # one arena for every set of sizes: calls from several threads take turns, and a build
+        # (which may move the arena) waits for the call in it
+        self.arena_lock = threading.Lock()
         self.last: BuiltPartition | None = None
         self.last_sizes: dict[str, int] = {}
         if not self.symbols:
@@ -151,7 +154,8 @@ class NativePartition:
             if built is None:
                 if self.encoded.too_small(key):
                     raise SizesOutOfReach(f"sizes {dict(zip(self.symbols, key))} make an empty tensor")
-                built = BuiltPartition(self, key)
+                with self.arena_lock:
+                    built = BuiltPartition(self, key)
                 self.built[key] = built
                 if len(self.built) > self.cache:
                     self.built.popitem(last=False)
@@ -202,7 +206,7 @@ class BuiltPartition:
         self.in_types = [(v.name, torch.Size(evaluate(d, values) for d in v.shape)) for v in program.inputs]
         self.n_in, self.n_out = len(program.inputs), len(program.outputs)
         self._run = lib.af_run
-        self._lock = threading.Lock()   # one arena: calls from several threads take turns
+        self._lock = partition.arena_lock
         self._in_ptrs, self._out_ptrs = (_c * max(self.n_in, 1))(), (_c * max(self.n_out, 1))()
         # outputs made several calls' worth at a time: after a model's kernels ran, the
         # allocator's code is out of cache and its first tensor costs ~50 µs (MobileNetV3-L),

@@ -195,6 +195,35 @@ def test_the_size_cache_keeps_the_most_recent_sets(tmp_path):
         autofusion.compile(path, backend="native", size_cache=0)
 
 
+def test_every_set_of_sizes_runs_in_one_arena_that_grows(tmp_path):
+    """A partition's builds share one arena, as large as the largest: a larger size moves it, and
+    a build set up before finds it where it is now (equal to ONNX Runtime at each size, twice)."""
+    path = CASES["cnn"][0](tmp_path / "cnn.onnx")
+    model = autofusion.compile(path, backend="native")
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    (part,) = model.program.native.values()
+    for n, h, w in [(1, 32, 32), (2, 96, 64), (1, 32, 32), (1, 48, 40), (2, 96, 64)]:
+        feeds = image(n, h, w)
+        (want,) = session.run(None, feeds)
+        np.testing.assert_allclose(model.run(feeds)[session.get_outputs()[0].name], want, rtol=1e-4, atol=1e-5)
+    arenas = {key: built.arena_bytes for key, built in part.built.items()}
+    assert arenas[(2, 96, 64)] > arenas[(1, 32, 32)]
+
+
+def test_calls_from_threads_with_other_sizes_take_turns_in_the_arena(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+    path = CASES["cnn"][0](tmp_path / "cnn.onnx")
+    model = autofusion.compile(path, backend="native")
+    sizes = [(1, 32, 32), (2, 64, 48), (1, 80, 40), (1, 32, 48)] * 3
+    feeds = [image(*s) for s in sizes]
+    want = [model.run(f) for f in feeds]   # one at a time
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(model.run, feeds))
+    for g, w in zip(got, want):
+        for k in w:
+            np.testing.assert_array_equal(g[k], w[k])
+
+
 def test_an_empty_batch_runs_on_pytorch_kernels(tmp_path):
     path = CASES["cnn"][0](tmp_path / "cnn.onnx")
     model = autofusion.compile(path, backend="native")

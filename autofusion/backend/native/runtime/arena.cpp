@@ -62,8 +62,13 @@ void Partition::Impl::finalize() {
     arena_size = std::max(arena_size, at + size);
     placed.push_back(id);
   }
-  arena_storage.reset(new char[arena_size + 64]);
-  arena = reinterpret_cast<char*>(align_up(reinterpret_cast<size_t>(arena_storage.get())));
+  if (shared) {   // the partition's one arena, grown to this build's size where it is smaller
+    arena = shared->arena_of(arena_size);
+    arena_moves = shared->arena_moves;
+  } else {
+    arena_storage.reset(new char[arena_size + 64]);
+    arena = reinterpret_cast<char*>(align_up(reinterpret_cast<size_t>(arena_storage.get())));
+  }
   scratch = memory(memory::desc({int64_t(std::max<size_t>(scratch_size, 1))}, dt::u8, tag::a),
                    eng);
   for (auto& e : execs) {
@@ -81,6 +86,7 @@ void Partition::Impl::finalize() {
                    : rv.kind == Kind::Constant ? static_cast<char*>(rv.owned.get_data_handle())
                                                : nullptr;
       memory m(md, eng, base ? base + at : nullptr);
+      if (rv.kind == Kind::Internal) in_arena.emplace_back(m, rv.offset + at);
       if (rv.kind == Kind::Input) input_mems[rv.slot].emplace_back(m, at);
       if (rv.kind == Kind::Output) output_mems[rv.slot].emplace_back(m, at);
       e.bound[a.key] = m;
@@ -114,6 +120,11 @@ void Partition::Impl::finalize() {
 }
 
 void Partition::Impl::run(void* const* inputs, void* const* outputs) {
+  if (shared && arena_moves != shared->arena_moves) {   // a larger build moved the shared arena
+    arena = shared->arena;
+    arena_moves = shared->arena_moves;
+    for (auto& [m, at] : in_arena) m.set_data_handle(arena + at);
+  }
   for (size_t s = 0; s < input_mems.size(); ++s)
     for (auto& [m, at] : input_mems[s]) m.set_data_handle(static_cast<char*>(inputs[s]) + at);
   for (size_t s = 0; s < output_mems.size(); ++s)

@@ -42,8 +42,8 @@ class CallerHeld {
 
 void set_error(const std::string& what) { last_error = what; }
 
-extern "C" Constants* af_constants() { return new Constants; }
-extern "C" void af_constants_free(Constants* c) { delete c; }
+extern "C" Shared* af_shared() { return new Shared; }
+extern "C" void af_shared_free(Shared* s) { delete s; }
 
 extern "C" {
 

@@ -56,13 +56,14 @@ enum class Pool { AF_POOLS(AF_ENUMERATOR) };
 #define AF_REDUCES(X) X(Mean) X(Sum) X(Max) X(Min) X(Prod)
 enum class Reduce { AF_REDUCES(AF_ENUMERATOR) };
 
-// a partition's constants laid out as its steps want them, shared by its builds (partition.h)
-struct Constants;
+// what a partition's builds share (partition.h): its constants laid out as its steps want them,
+// and one arena (the builds of a partition run one at a time)
+struct Shared;
 
 class Partition {
  public:
   // constants: by slot, read in place while the partition lives; shared: their laid-out forms
-  Partition(const void* const* constants, Constants* shared);
+  Partition(const void* const* constants, Shared* shared);
   ~Partition();
   Partition(const Partition&) = delete;
   Partition& operator=(const Partition&) = delete;
@@ -169,10 +170,10 @@ extern "C" {
 // encode the calls), its constants by slot, the generated kernels its calls name by index; null
 // where it fails (af_error says why)
 Partition* af_build(const int64_t* words, int64_t n_words, const char* const* strings,
-                    const void* const* constants, Constants* shared, const KernelFn* kernels);
-// a store of laid-out constants for one partition's builds; freed after its last build is
-Constants* af_constants();
-void af_constants_free(Constants* c);
+                    const void* const* constants, Shared* shared, const KernelFn* kernels);
+// what one partition's builds share (laid-out constants, the arena); freed after its last build is
+Shared* af_shared();
+void af_shared_free(Shared* s);
 // 0 done, 1 failed (af_error says why), 2 an input held NaN or ±inf where check_finite asked,
 // nothing run; hold_cpu >= 0: the calling thread runs on that CPU alone during the call
 int af_run(Partition* p, void* const* inputs, void* const* outputs, int check_finite, int hold_cpu);

@@ -194,7 +194,7 @@ void make(Partition& p, const Call& c) {
 }  // namespace
 
 extern "C" Partition* af_build(const int64_t* words, int64_t n_words, const char* const* strings,
-                               const void* const* constants, Constants* shared, const KernelFn* kernels) {
+                               const void* const* constants, Shared* shared, const KernelFn* kernels) {
   Partition* p = nullptr;
   try {
     p = new Partition(constants, shared);
