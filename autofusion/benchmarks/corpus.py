@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from . import models
-from .models import ModelUnavailable, _conv_bn_silu, export_module
+from .models import ModelUnavailable, _conv_bn_silu, _require, export_module
 
 SEED = 0
 Feeds = dict[str, np.ndarray]
@@ -187,10 +187,6 @@ def _hand_built(name: str, source: str, build, sizes: dict, axes: dict, ci: bool
 
 
 # ---- from packages -------------------------------------------------------------------------
-
-def _require(package: str, name: str):
-    return models._require(package, name)
-
 
 def _torchvision_detection(arch: str, size: int, sized: bool) -> Callable[[], nn.Module]:
     def build() -> nn.Module:
