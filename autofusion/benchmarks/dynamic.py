@@ -92,10 +92,9 @@ def zoo(names: list[str], out: Path, args) -> list[dict]:
             rounds = {k: timing.round_medians(v, args.block) for k, v in times.samples.items() if v}
             row["median_ms"] = {k: float(np.median(v)) for k, v in rounds.items()}
             ours = rounds.get("autofusion (dynamic file)")
-            peers = [rounds[k] for k in ("ORT (all)", "OpenVINO f32") if k in rounds]
-            if ours and peers:   # the faster peer round by round
-                best = list(np.minimum.reduce([np.asarray(p) for p in peers]))
-                row["vs_best_peer"] = timing.paired_ratio(best, ours)
+            vs = timing.against_faster(rounds, "autofusion (dynamic file)", ("ORT (all)", "OpenVINO f32"))
+            if vs is not None:
+                row["vs_best_peer"] = vs
             if ours and "autofusion (static file)" in rounds:
                 row["vs_static"] = timing.paired_ratio(rounds["autofusion (static file)"], ours)
             row["errors"].update(times.errors)

@@ -97,10 +97,9 @@ def run_entry(entry: Entry, out: Path, args) -> list[dict]:
                                describe_error=short_error)
         rounds = {k: timing.round_medians(v, args.block) for k, v in times.samples.items() if v}
         row["median_ms"] = {k: float(np.median(v)) for k, v in rounds.items()}
-        ours = rounds.get("autofusion L2")
-        peers = [rounds[k] for k in ("ORT (all)", "OpenVINO f32") if k in rounds]
-        if ours and peers:   # the faster peer, round by round
-            row["vs_best_peer"] = timing.paired_ratio(list(np.minimum.reduce([np.asarray(p) for p in peers])), ours)
+        vs = timing.against_faster(rounds, "autofusion L2", ("ORT (all)", "OpenVINO f32"))
+        if vs is not None:
+            row["vs_best_peer"] = vs
         row["errors"].update(times.errors)
         rows.append(row)
     return rows

@@ -28,6 +28,15 @@ def round_medians(seconds: list[float], block: int) -> list[float]:
     return [float(np.median(ms[i:i + block])) for i in range(0, len(ms) - block + 1, block)]
 
 
+def against_faster(rounds: dict[str, list[float]], ours: str, peers: tuple[str, ...]) -> float | None:
+    """`ours` against the faster of `peers` round by round (paired_ratio over each round's
+    fastest peer; > 1: ours faster), None where ours or every peer has no rounds."""
+    present = [np.asarray(rounds[p]) for p in peers if p in rounds]
+    if ours not in rounds or not present:
+        return None
+    return paired_ratio(list(np.minimum.reduce(present)), rounds[ours])
+
+
 def paired_ratio(numerator: list[float], denominator: list[float]) -> float:
     """The median over rounds of numerator / denominator, round by round: two systems' blocks of
     one round run seconds apart, in the same phase of the host, so a phase that slows both

@@ -1,5 +1,5 @@
 """The block-alternating timer's schedule (which system runs when), with stand-in systems."""
-from autofusion.benchmarks.timing import paired_ratio, round_medians, summarize
+from autofusion.benchmarks.timing import against_faster, paired_ratio, round_medians, summarize
 from autofusion.measure import time_in_blocks
 
 
@@ -47,3 +47,11 @@ def test_a_paired_ratio_cancels_the_hosts_phases():
     b = [8.0, 8.0, 8.0, 16.0, 16.0]
     assert summarize([x / 1e3 for x in a]).median_ms / summarize([x / 1e3 for x in b]).median_ms == 2.5
     assert paired_ratio(a, b) == 1.25
+
+
+def test_against_the_faster_peer_round_by_round():
+    rounds = {"ours": [2.0, 4.0, 3.0], "a": [4.0, 4.0, 9.0], "b": [3.0, 8.0, 3.0]}
+    # the faster peer per round: 3, 4, 3 -> ratios 1.5, 1.0, 1.0
+    assert against_faster(rounds, "ours", ("a", "b")) == 1.0
+    assert against_faster(rounds, "ours", ("missing",)) is None
+    assert against_faster({"a": [1.0]}, "ours", ("a",)) is None

@@ -16,12 +16,13 @@ import numpy as np
 
 from ...ir import DType, Node, Value
 from ...ir.activations import ACTIVATION_OPS, ELTWISE, FUNCTIONS, activation, clip_bounds, eltwise_steps
-from ...ir.attributes import const_ints, normalize_axis, opset_of
+from ...ir.attributes import opset_of
 from ...ir.builder import fused
 from ...ir.dims import slice_bounds, symbolic_slice_bounds
 from ...ir.fused_ops import mask_dead_rows, mask_fits
-from ...ir.geometry import explicit_pads
+from ...ir.geometry import explicit_pads, split_total
 from ...ir.region_space import LayoutError, reduced_axes
+from ...ir.shapes.tensor import pad_counts
 from ...ir.symbolic import add, is_size, maximum, mul, product, sub
 from ..impl import Impl, implementations, register
 from .emit import PartitionSource, dims
@@ -74,6 +75,12 @@ def _refusal(v: Value | None, what: str) -> str | None:
 MAX_ELEMENTS = 1 << 40   # oneDNN and the arena count bytes in 64 bits: 2^40 floats is 4 TiB
 
 
+def _is_read(node: Node, j: int) -> bool:
+    """Whether output j exists and something reads it (a graph output counts)."""
+    v = node.outputs[j] if j < len(node.outputs) else None
+    return v is not None and (bool(v.uses) or any(o is v for o in (node.graph.outputs if node.graph else ())))
+
+
 def dense(node: Node, inputs: tuple[int, ...] | None = None, outputs: int = 1) -> str | None:
     """The common conditions: the listed inputs (default all) and every used output float32,
     static, at least 1-D and not empty; the step makes the first `outputs` outputs."""
@@ -82,7 +89,7 @@ def dense(node: Node, inputs: tuple[int, ...] | None = None, outputs: int = 1) -
         if why:
             return why
     for j, v in enumerate(node.outputs):
-        if j >= outputs and not v.uses and v not in (node.graph.outputs if node.graph else ()):
+        if j >= outputs and not _is_read(node, j):
             continue   # an optional output nobody reads (MaxPool's indices)
         why = _refusal(v, "output")
         if why:
@@ -165,9 +172,7 @@ def _conv_transpose_pads(node: Node) -> tuple[list[int], list[int]] | str:
             extra, kernel, node.attr("dilations") or [1] * nd, node.attr("strides") or [1] * nd)]
         if any(t < 0 for t in totals):
             return f"auto_pad {auto} with a stride above the kernel's extent: negative padding"
-        small = [t // 2 for t in totals]
-        large = [t - t // 2 for t in totals]
-        pads = small + large if auto == "SAME_UPPER" else large + small
+        pads = split_total(totals, auto == "SAME_UPPER")
     else:
         pads = list(node.attr("pads") or [0] * (2 * nd)) if auto == "NOTSET" else [0] * (2 * nd)
     end = [e - o for e, o in zip(pads[nd:], extra)]
@@ -199,24 +204,17 @@ def emit_conv_transpose(node: Node, p: PartitionSource) -> None:
 
 def _pad_counts(node: Node) -> tuple[list[int], list[int], float] | str:
     """Pad's (before, after) counts per axis of its input and its constant value, or why not."""
-    rank = node.inputs[0].rank
     if node.attr("mode", "constant") != "constant":
         return f"mode {node.attr('mode')!r}: constant padding only"
     if opset_of(node) < 11:
-        pads, axes, value = node.attr("pads", node.attr("paddings")), list(range(rank)), node.attr("value", 0.0)
+        value = node.attr("value", 0.0)
     else:
-        pads = const_ints(node.inputs[1])
-        axes = list(range(rank)) if node.input(3) is None else const_ints(node.input(3))
         v = node.input(2)
         if v is not None and (v.const is None or v.const.size != 1):
             return "the padding value is computed at run time"
         value = 0.0 if v is None else float(v.const.reshape(-1)[0])
-    if pads is None or axes is None:
-        return "the pads are computed at run time"
-    before, after = [0] * rank, [0] * rank
-    for j, a in enumerate(normalize_axis(a, rank) for a in axes):
-        before[a], after[a] = pads[j], pads[j + len(axes)]
-    return before, after, value
+    counts = pad_counts(node, node.inputs[0].rank)
+    return "the pads are computed at run time" if counts is None else (*counts, value)
 
 
 def check_pad(node: Node) -> str | None:
@@ -237,12 +235,6 @@ def emit_pad(node: Node, p: PartitionSource) -> None:
 # ONNX orders an LSTM's gates i, o, f, c; oneDNN i, f, c, o
 _LSTM_GATES = [0, 2, 3, 1]
 _LSTM_DEFAULT_ACTIVATIONS = ["Sigmoid", "Tanh", "Tanh"]
-
-
-def _is_read(node: Node, j: int) -> bool:
-    """Whether output j exists and something reads it (a graph output counts)."""
-    v = node.outputs[j] if j < len(node.outputs) else None
-    return v is not None and (bool(v.uses) or any(o is v for o in (node.graph.outputs if node.graph else ())))
 
 
 def check_lstm(node: Node) -> str | None:

@@ -184,28 +184,35 @@ def _tile(node: Node):
 register(OpDef("Tile", I, _tile))
 
 
-def _pad(node: Node):
-    """pads [begins..., ends...] an attribute before opset 11, an input from then on, over the
-    axes input (opset 18) or all axes; negative pads crop."""
-    x = node.inputs[0]
-    if x.shape is None:
-        return [(None, x.dtype)]
-    rank = len(x.shape)
+def pad_counts(node: Node, rank: int) -> tuple[list[int], list[int]] | None:
+    """A Pad's counts (before, after) for each of its input's `rank` axes: pads [begins...,
+    ends...] an attribute before opset 11, an input from then on, over the axes input (opset 18)
+    or all axes; negative counts crop. None where they are computed at run time."""
     if opset_of(node) < 11:
         pads, axes = node.attr("pads", node.attr("paddings")), list(range(rank))
     else:
         pads = const_ints(node.inputs[1])
         axes = list(range(rank)) if node.input(3) is None else const_ints(node.input(3))
     if pads is None or axes is None:
-        return [((None,) * rank, x.dtype)]
-    axes = [normalize_axis(a, rank) for a in axes]
+        return None
     if len(pads) != 2 * len(axes):
         raise ValueError(f"Pad: {len(pads)} pads for {len(axes)} axes")
-    out = list(x.shape)
-    for j, a in enumerate(axes):
-        out[a] = add(out[a], pads[j] + pads[j + len(axes)])
-        if isinstance(out[a], int) and out[a] < 0:
-            raise ValueError("Pad crops more than the dim")
+    before, after = [0] * rank, [0] * rank
+    for j, a in enumerate(normalize_axis(a, rank) for a in axes):
+        before[a], after[a] = pads[j], pads[j + len(axes)]
+    return before, after
+
+
+def _pad(node: Node):
+    x = node.inputs[0]
+    if x.shape is None:
+        return [(None, x.dtype)]
+    counts = pad_counts(node, len(x.shape))
+    if counts is None:
+        return [((None,) * len(x.shape), x.dtype)]
+    out = [add(d, b + e) for d, b, e in zip(x.shape, *counts)]
+    if any(isinstance(d, int) and d < 0 for d in out):
+        raise ValueError("Pad crops more than the dim")
     return [(tuple(out), x.dtype)]
 
 
