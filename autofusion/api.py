@@ -11,7 +11,7 @@ import onnx
 
 from .backend import CompiledModel, check_supported
 from .controls import (resolve_backend, resolve_controls, resolve_precision, resolve_region_limits,
-                       resolve_size_cache)
+                       resolve_size_cache, resolve_streams)
 from .errors import AutofusionError
 from .frontend import import_onnx
 from .ir import Graph
@@ -34,7 +34,7 @@ def compile(model: Model, level: int | None = None,  # noqa: A001 - mirrors torc
             threads: int | None = None, max_region_nodes: int | None = None,
             max_region_inputs: int | None = None, example_inputs=None, precision: str | None = None,
             calibration=None, tolerance: float | None = None, strict: bool = False,
-            size_cache: int | None = None) -> CompiledModel:
+            size_cache: int | None = None, streams: int | None = None) -> CompiledModel:
     """Compile an ONNX model (a path, a ModelProto or an IR Graph) into a callable CompiledModel.
 
     level: 0 runs every operator as imported, 1 applies clean-up and the basic rules, 2 (the
@@ -57,6 +57,10 @@ def compile(model: Model, level: int | None = None,  # noqa: A001 - mirrors torc
     A model with symbolic input dims (dynamic axes) is compiled once: each new set of input sizes
     sets its native partitions up on first use, without compiling; `size_cache` (or
     AUTOFUSION_SIZE_CACHE, default 8) sets how many sets each keeps, the least recent dropped.
+    streams (or AUTOFUSION_STREAMS, default 1): how many calls from different threads run at
+    once, the threads split evenly among them (streams=2 on 2 cores: two calls at once, one thread
+    each); 1 is latency mode, one call at a time on every thread. model.submit() runs a call on one
+    of the model's stream threads and returns a Future.
     """
     if _is_torch_module(model):
         from .dynamo import compile_module
@@ -69,12 +73,14 @@ def compile(model: Model, level: int | None = None,  # noqa: A001 - mirrors torc
     backend = resolve_backend(backend)
     precision = resolve_precision(precision)
     size_cache = resolve_size_cache(size_cache)
+    streams = resolve_streams(streams)
     with _without_cycle_collection():
         with step("importing"):
             graph = model if isinstance(model, Graph) else import_onnx(model, strict)
         name = Path(model).name if isinstance(model, (str, os.PathLike)) else graph.name
         return compile_graph(graph, name, FusionOptions(level, tuple(disable), limits),
-                             BuildOptions(backend, threads, precision, calibration, tolerance, size_cache))
+                             BuildOptions(backend, threads, precision, calibration, tolerance, size_cache,
+                                          streams))
 
 
 @contextlib.contextmanager

@@ -224,6 +224,9 @@ def _fusion_flags(p: argparse.ArgumentParser) -> None:
                         "default: $AUTOFUSION_BACKEND), native or an error, or PyTorch kernels only")
     p.add_argument("--threads", type=int, default=None,
                    help="threads for every kernel (default: as PyTorch has it, the usable cores)")
+    p.add_argument("--streams", type=int, default=None, metavar="N",
+                   help="calls from different threads that run at once, the threads split among "
+                        "them (default: $AUTOFUSION_STREAMS or 1, latency: one call at a time)")
     p.add_argument("--plan", action="store_true",
                    help="print the plan: each node's implementation and why, partitions, layouts")
     p.add_argument("--max-region-nodes", type=int, default=None, metavar="N",
@@ -252,7 +255,7 @@ def _compile(args, level=None):
                                   max_region_nodes=args.max_region_nodes,
                                   max_region_inputs=args.max_region_inputs,
                                   precision=args.precision, calibration=args.calibrate,
-                                  tolerance=args.tolerance, strict=args.strict)
+                                  tolerance=args.tolerance, strict=args.strict, streams=args.streams)
 
 
 def _strict_flag(p: argparse.ArgumentParser) -> None:

@@ -72,6 +72,25 @@ def _choice(given: str | None, var: str, default: str, choices, what: str) -> st
 
 
 SIZE_CACHE_VAR = "AUTOFUSION_SIZE_CACHE"
+STREAMS_VAR = "AUTOFUSION_STREAMS"
+
+
+def resolve_streams(given: int | None) -> int:
+    """How many calls of a model run at once (the threads split among them): the argument,
+    else AUTOFUSION_STREAMS, else 1 (latency: one call at a time on every thread)."""
+    raw = given if given is not None else os.environ.get(STREAMS_VAR, "").strip() or 1
+    if isinstance(raw, bool) or not str(raw).isdigit() or int(raw) < 1:
+        where = f"{STREAMS_VAR}=" if given is None else "streams="
+        raise AutofusionError(f"{where}{raw!r}: streams is a whole number >= 1 of calls run at once")
+    return int(raw)
+
+
+def threads_per_stream(threads: int | None, streams: int, available: int) -> int | None:
+    """Each stream's threads: the model's (None: as torch has it, `available`) split evenly among
+    the streams, at least one each."""
+    if streams == 1:
+        return threads
+    return max(1, (threads if threads is not None else available) // streams)
 
 
 def resolve_size_cache(given: int | None) -> int:

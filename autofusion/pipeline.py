@@ -16,6 +16,7 @@ steps on what they imported; CompiledModel is what the last returns, the callabl
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -28,7 +29,7 @@ from .backend.native import build_partitions, unavailable
 from .backend.precision import (TOLERANCE, GuardReport, Precision, calibration_feeds, guard, output_error,
                                 propagate, resolve)
 from .backend.specialise import specialise, symbolic_dims
-from .controls import resolve_size_cache
+from .controls import resolve_size_cache, resolve_streams, threads_per_stream
 from .errors import AutofusionError
 from .fusion import optimize
 from .ir import Graph
@@ -55,6 +56,7 @@ class BuildOptions:
     calibration: Any = None          # the guard's inputs (None: random)
     tolerance: float | None = None   # the guard's bound (None: TOLERANCE)
     size_cache: int | None = None    # sets of sizes each native partition keeps built
+    streams: int | None = None       # calls run at once, the threads split among them
 
 
 @dataclass
@@ -67,7 +69,38 @@ class Guarded:
 
 def compile_graph(graph: Graph, name: str, fusion: FusionOptions, options: BuildOptions,
                   report_of: Callable[[Any], Any] = lambda report: report) -> CompiledModel:
-    """The steps in order (STEPS); report_of: the fusion report as the caller shows it."""
+    """The steps in order (STEPS), on a thread that ends with them (on_passing_thread);
+    report_of: the fusion report as the caller shows it."""
+    return on_passing_thread(_compile_graph, graph, name, fusion, options, report_of)
+
+
+def on_passing_thread(fn: Callable, *args):
+    """fn(*args) on a thread of its own that ends with it; what it returns or raises. Why:
+    libgomp keeps an OpenMP pool for each thread that ever ran a parallel region, as long as that
+    thread lives, and counts every pool's threads against the CPUs; where they outnumber the CPUs,
+    every team's threads sleep between parallel regions instead of waiting awake (MobileNetV3-L
+    called from a second thread: 5.4 ms a call, against 2.0). A compile's parallel work (weights
+    reordered, the guard's PyTorch ops) would leave a pool on the caller's thread for good, and
+    the calls, from whichever thread serves them, would make the second."""
+    result: list = []
+    failed: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            result.append(fn(*args))
+        except BaseException as e:  # noqa: BLE001 - raised again on the caller's thread
+            failed.append(e)
+
+    worker = threading.Thread(target=work, name="autofusion-compile", daemon=True)
+    worker.start()
+    worker.join()
+    if failed:
+        raise failed[0]
+    return result[0]
+
+
+def _compile_graph(graph: Graph, name: str, fusion: FusionOptions, options: BuildOptions,
+                   report_of: Callable[[Any], Any]) -> CompiledModel:
     check_supported(graph)
     with step("fusing"):
         report = report_of(optimize(graph, fusion.level, list(fusion.disable), evaluate_node, model_name=name,
@@ -86,9 +119,11 @@ def build_model(graph: Graph, report: Any, options: BuildOptions) -> CompiledMod
     plan = lower(graph, options.backend, why_not_native, precision.compute,
                  guarded.report.kept if guarded is not None else frozenset())
     size_cache = resolve_size_cache(options.size_cache)
-    program = build(graph, plan, options.threads, size_cache)
-    model = CompiledModel(graph, program, report, options.threads, size_cache,
-                          guarded.report if guarded is not None else None)
+    streams = resolve_streams(options.streams)
+    threads = threads_per_stream(options.threads, streams, torch.get_num_threads())
+    program = build(graph, plan, threads, size_cache)
+    model = CompiledModel(graph, program, report, threads, size_cache,
+                          guarded.report if guarded is not None else None, streams)
     if report is not None:
         write_report(report, model, precision, guarded)
     return model
@@ -135,7 +170,7 @@ def write_report(report: Any, model: CompiledModel, precision: Precision, guarde
         f"without compiling (the last {model.size_cache} kept)" if native_symbolic else "") + (
         f"; a call whose inputs hold NaN or an infinity runs on PyTorch kernels (oneDNN's "
         f"ReLU and Clip, here {len(plan.nan_clamping)} node(s), give 0 for NaN)"
-        if plan.nan_clamping else "")
+        if plan.nan_clamping else "") + f"; {model.execution}"
     nodes = {n.name: d.precision for n, d in plan.decisions.items()}
     report.precision = {"requested": precision.requested, "compute": precision.compute,
                         "note": precision.note, "nodes": nodes}

@@ -75,3 +75,53 @@ def test_the_check_refuses_before_anything_is_fused(steps):
     with pytest.raises(UnsupportedOpError, match="NoSuchOp"):
         autofusion.compile(g)
     assert steps == ["check"]
+
+
+def test_the_compile_runs_on_a_thread_that_ends_with_it():
+    """So that its OpenMP work leaves no pool behind on the caller's thread (on_passing_thread
+    says why): the steps ran elsewhere, and what they raise reaches the caller."""
+    import threading
+    seen = []
+    assert pipeline.on_passing_thread(lambda: seen.append(threading.get_ident()) or 7) == 7
+    assert seen and seen[0] != threading.get_ident()
+    with pytest.raises(UnsupportedOpError, match="NoSuchOp"):
+        g = Graph("unsupported", {"": 21})
+        x = g.add_input("x", (2,), DType.FLOAT)
+        (y,) = g.add_node("NoSuchOp", [x], domain="custom.example").outputs
+        g.outputs = [y]
+        autofusion.compile(g)
+
+
+@pytest.mark.parametrize("threads, streams, each", [(2, 1, 2), (4, 2, 2), (2, 2, 1), (2, 3, 1), (None, 1, None)])
+def test_streams_split_the_threads(threads, streams, each):
+    model = autofusion.compile(small_graph(), threads=threads, streams=streams)
+    assert (model.streams, model.threads) == (streams, each)
+    mode = "calls one at a time" if streams == 1 else f"up to {streams} calls at once"
+    assert mode in model.execution and mode in model.report.backend
+
+
+def test_streams_come_from_the_environment_and_bad_ones_are_refused(monkeypatch):
+    monkeypatch.setenv("AUTOFUSION_STREAMS", "2")
+    assert autofusion.compile(small_graph(), threads=2).streams == 2
+    assert autofusion.compile(small_graph(), threads=2, streams=1).streams == 1   # the argument first
+    monkeypatch.setenv("AUTOFUSION_STREAMS", "many")
+    with pytest.raises(autofusion.AutofusionError, match="AUTOFUSION_STREAMS="):
+        autofusion.compile(small_graph())
+    monkeypatch.delenv("AUTOFUSION_STREAMS")
+    for bad in (0, -1, True, 1.5):
+        with pytest.raises(autofusion.AutofusionError, match="streams="):
+            autofusion.compile(small_graph(), streams=bad)
+
+
+def test_submit_gives_futures_of_what_calls_return():
+    model = autofusion.compile(small_graph(), streams=2)
+    xs = [np.random.default_rng(k).standard_normal((2, 8)).astype(np.float32) for k in range(8)]
+    futures = [model.submit(x) for x in xs]
+    for x, f in zip(xs, futures):
+        np.testing.assert_array_equal(f.result(timeout=60), model(x))
+    bad = model.submit(np.ones((3, 8), np.float32))   # the wrong shape: the call's error, from result()
+    with pytest.raises(autofusion.AutofusionError, match="x"):
+        bad.result(timeout=60)
+    model.close()
+    np.testing.assert_array_equal(model.submit(xs[0]).result(timeout=60), model(xs[0]))   # starts again
+    model.close()

@@ -4,7 +4,9 @@ the compile's steps made (pipeline.py)."""
 from __future__ import annotations
 
 import os
+import threading
 import warnings
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -20,6 +22,7 @@ from .precision import GuardReport
 from .sizes import SizesCheck
 from .specialise import symbolic_dims
 from .torch_cpu import TORCH_DTYPES
+from .turns import Turns
 
 Array = np.ndarray | torch.Tensor
 
@@ -28,16 +31,24 @@ class CompiledModel:
     """A compiled graph, callable with numpy arrays or torch tensors, by position or by name.
 
     Returns the same kind it was given: one array for a one-output model, else a tuple in the
-    graph's output order. `run(dict)` returns a dict by output name.
+    graph's output order. `run(dict)` returns a dict by output name; `submit(...)` a Future.
+
+    Safe to call from many threads at once: up to `streams` calls run at the same time, each in
+    its own execution context (arenas) over the shared weights, each on `threads` threads; more
+    callers wait their turn. streams=1 (latency): one call at a time on every thread.
     """
 
     def __init__(self, graph: Graph, program: Program, report: Any = None, threads: int | None = None,
-                 size_cache: int = SIZE_CACHE, guard: GuardReport | None = None):
+                 size_cache: int = SIZE_CACHE, guard: GuardReport | None = None, streams: int = 1):
         """The compiled graph's program (pipeline.py builds it); the fusion report and the
-        precision guard's findings are kept for the caller to read."""
+        precision guard's findings are kept for the caller to read. threads: each stream's."""
         self.graph, self.program, self.plan = graph, program, program.plan
         self.report, self.guard = report, guard
         self.backend, self.threads, self.size_cache = self.plan.backend, threads, size_cache
+        self.streams = streams
+        self._turns = Turns(streams)   # the calls running now, at most streams
+        self._submitted: ThreadPoolExecutor | None = None
+        self._submit_lock = threading.Lock()
         self.symbols = symbolic_dims(graph)
         self._check_sizes = SizesCheck(self.plan, self.size_cache)
         self.input_names = [v.name for v in graph.inputs]
@@ -50,6 +61,14 @@ class CompiledModel:
                     and all(isinstance(d, (int, str)) for d in v.shape) for v in graph.inputs)
         self._plain_inputs = ([(TORCH_DTYPES[v.dtype], tuple(v.shape)) for v in graph.inputs]
                               if plain else None)
+
+    @property
+    def execution(self) -> str:
+        """How calls from several threads run, in words."""
+        each = f"{self.threads} thread(s)" if self.threads is not None else "torch's threads"
+        if self.streams == 1:
+            return f"calls one at a time on {each} (latency mode; streams=N runs N at once)"
+        return f"up to {self.streams} calls at once on {each} each (throughput mode, streams={self.streams})"
 
     def _use_threads(self) -> None:
         if self.threads is not None and torch.get_num_threads() != self.threads:
@@ -96,6 +115,22 @@ class CompiledModel:
         outs, _ = self._execute(self._bind((), dict(inputs)))
         return dict(zip(self.output_names, outs))
 
+    def submit(self, *args: Array, **kwargs: Array) -> Future:
+        """The call, run on one of the model's `streams` threads: a Future of what the call
+        returns (its error, raised by .result()). The inputs are read when the call runs: leave
+        them unchanged until it is done."""
+        if self._submitted is None:
+            with self._submit_lock:
+                if self._submitted is None:
+                    self._submitted = ThreadPoolExecutor(self.streams, thread_name_prefix="autofusion-stream")
+        return self._submitted.submit(self.__call__, *args, **kwargs)
+
+    def close(self) -> None:
+        """Stop the threads submit() started, once their calls are done (also at exit)."""
+        if self._submitted is not None:
+            self._submitted.shutdown(wait=True)
+            self._submitted = None
+
     def _bind(self, args: Sequence[Array], kwargs: Mapping[str, Array]) -> list[Array]:
         names = self.input_names
         if not kwargs and len(args) == len(names):
@@ -133,18 +168,19 @@ class CompiledModel:
         if (program.plan.nan_clamping and not program.all_finite(tensors)) or \
                 (sizes and not self._fits(program, sizes)):
             program = self._exact(program)
-        self._use_threads()
-        own_cpus = None if program.runtime is None else affinity.hold_caller(
-            affinity.pin_workers(program.runtime, torch.get_num_threads()))
-        try:
+        with self._turns:
+            self._use_threads()
+            own_cpus = None if program.runtime is None else affinity.hold_caller(
+                affinity.pin_workers(program.runtime, torch.get_num_threads()))
             try:
-                outs = self._run(program, tensors, sizes)
-            except SizesOutOfReach:   # a size only the run knows (a count NonZero made) is 0
-                program = self._exact(program)
-                outs = self._run(program, tensors, sizes)
-        finally:
-            if own_cpus is not None:
-                os.sched_setaffinity(0, own_cpus)
+                try:
+                    outs = self._run(program, tensors, sizes)
+                except SizesOutOfReach:   # a size only the run knows (a count NonZero made) is 0
+                    program = self._exact(program)
+                    outs = self._run(program, tensors, sizes)
+            finally:
+                if own_cpus is not None:
+                    os.sched_setaffinity(0, own_cpus)
         # an output sharing memory with a caller's input or a constant (Identity, a reshape or
         # slice view) is returned as a copy, so writing to it cannot change either
         if not program.outputs_fresh:
@@ -173,10 +209,15 @@ class CompiledModel:
             return None
         if sizes:
             self._check_sizes(sizes)
-        built = whole.for_sizes(tuple(sizes[s] for s in whole.symbols)) if whole.symbols else whole.last
-        self._use_threads()
-        cpus = affinity.pin_workers(whole.library, torch.get_num_threads())
-        return built.run_checked(tensors, bool(program.plan.nan_clamping), -1 if cpus is None else cpus[0])
+        with self._turns:
+            self._use_threads()   # before a build: oneDNN splits a primitive's work for the count then
+            context = whole.take()
+            try:
+                built = whole.for_sizes(tuple(sizes[s] for s in whole.symbols) if whole.symbols else (), context)
+                cpus = affinity.pin_workers(whole.library, torch.get_num_threads())
+                return built.run_checked(tensors, bool(program.plan.nan_clamping), -1 if cpus is None else cpus[0])
+            finally:
+                whole.give_back(context)
 
     def _plain_sizes(self, arrays: list[Array]) -> dict[str, int] | None:
         """Where there are inputs and every one is a dense torch tensor of its dtype and shape

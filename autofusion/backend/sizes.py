@@ -10,6 +10,7 @@ the plan holds for them. A contradiction is an InputError naming the node.
 """
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from typing import Callable
 
@@ -32,23 +33,26 @@ class SizesCheck:
         self.passed: OrderedDict[tuple, None] = OrderedDict()
         self._probes: list[_Probe] | None = None
         self._dims: Callable[[tuple], tuple] | None = None
+        self._lock = threading.Lock()   # calls from several threads: the order, the first compile
 
     def __call__(self, sizes: dict[str, int]) -> None:
         key = tuple(sizes.items())
-        if key in self.passed:
-            self.passed.move_to_end(key)
-            return
-        if self._probes is None:
-            self._compile(list(sizes))
+        with self._lock:
+            if key in self.passed:
+                self.passed.move_to_end(key)
+                return
+            if self._probes is None:
+                self._compile(list(sizes))
         values = self._dims(tuple(sizes.values())) if self._dims else ()
         for probe in self._probes:
             why = probe.contradiction(values)
             if why:
                 given = ", ".join(f"{d}={k}" for d, k in sizes.items())
                 raise InputError(f"inputs with {given} do not fit {probe.node.describe()}: {why}")
-        self.passed[key] = None
-        if len(self.passed) > self.keep:
-            self.passed.popitem(last=False)
+        with self._lock:
+            self.passed[key] = None
+            if len(self.passed) > self.keep:
+                self.passed.popitem(last=False)
 
     def _compile(self, names: list[str]) -> None:
         """The probes, and one function computing every symbolic dim they read whose symbols the

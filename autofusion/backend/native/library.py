@@ -40,9 +40,11 @@ class NativeLibrary:
     def __init__(self, path: Path):
         lib = self.lib = ctypes.CDLL(str(path))
         lib.af_build.restype = _c
-        lib.af_build.argtypes = [_c, ctypes.c_int64, ctypes.POINTER(ctypes.c_char_p), _c, _c, _c]
+        lib.af_build.argtypes = [_c, ctypes.c_int64, ctypes.POINTER(ctypes.c_char_p), _c, _c, _c, _c]
         lib.af_shared.restype, lib.af_shared.argtypes = _c, []
         lib.af_shared_free.restype, lib.af_shared_free.argtypes = None, [_c]
+        lib.af_arena.restype, lib.af_arena.argtypes = _c, []
+        lib.af_arena_free.restype, lib.af_arena_free.argtypes = None, [_c]
         lib.af_run.restype = ctypes.c_int
         lib.af_run.argtypes = [_c, ctypes.POINTER(_c), ctypes.POINTER(_c), ctypes.c_int, ctypes.c_int]
         lib.af_free.restype, lib.af_free.argtypes = None, [_c]
@@ -99,11 +101,17 @@ SIZE_CACHE = 8   # sets of sizes a native partition keeps built, by default (con
 
 
 class NativePartition:
-    """One native partition of a plan, for every set of sizes. Called with the call's symbolic
-    sizes (a dict, None for a static model) and its input tensors; a size the call does not
-    give (one known only at run time, as a count NonZero made) is read off an input that has it
-    as a dim. `built(index, nodes, kernels, sizes)` hears of each set of sizes it is set up for
-    (its plan's partition index, its nodes, what runs each, the sizes)."""
+    """One native partition of a plan, for every set of sizes and every execution context.
+    Called with the call's symbolic sizes (a dict, None for a static model) and its input
+    tensors; a size the call does not give (one known only at run time, as a count NonZero made)
+    is read off an input that has it as a dim. `built(index, nodes, kernels, sizes)` hears of
+    each set of sizes it is set up for (its plan's partition index, its nodes, what runs each,
+    the sizes).
+
+    Calls from several threads run at once: each takes an execution context (an arena, and the
+    builds that run in it) no other call holds, made when none is free, so there are as many as
+    callers ever ran at once. The weights as steps lay them out are shared by every build, and
+    oneDNN's primitive cache gives the builds of one set of sizes one primitive between them."""
 
     def __init__(self, library: NativeLibrary, program: Program, kernels: KernelTable | None,
                  nodes: list[Node], cache: int = SIZE_CACHE, built: Callable | None = None):
@@ -120,18 +128,37 @@ class NativePartition:
                 if isinstance(d, str):
                     self.from_inputs.setdefault(d, (slot, axis))
         self.cache, self.on_built = max(int(cache), 1), built
-        # what every set of sizes shares: the constants as steps lay them out, and one arena
+        # what every build shares: the constants as steps lay them out
         self.shared = library.lib.af_shared()
         weakref.finalize(self, library.lib.af_shared_free, self.shared)
-        self.built: OrderedDict[tuple, BuiltPartition] = OrderedDict()
-        self._building = threading.Lock()   # callers with new sizes at once: one builds, none twice
-        # one arena for every set of sizes: calls from several threads take turns, and a build
-        # (which may move the arena) waits for the call in it
-        self.arena_lock = threading.Lock()
+        self.arenas: list[int] = []   # per execution context, its arena
+        self._idle: list[int] = []    # the contexts no call holds (list.pop/append: atomic)
+        # per set of sizes (the most recent `cache`), its build in each context that ran it
+        self.built: OrderedDict[tuple, dict[int, BuiltPartition]] = OrderedDict()
+        self._building = threading.Lock()   # the cache's order, and a new context
         self.last: BuiltPartition | None = None
         self.last_sizes: dict[str, int] = {}
+        self._last_key: tuple | None = None
+        self.give_back(self.new_context())
         if not self.symbols:
             self.for_sizes(())
+
+    def new_context(self) -> int:
+        with self._building:
+            arena = self.library.lib.af_arena()
+            weakref.finalize(self, self.library.lib.af_arena_free, arena)
+            self.arenas.append(arena)
+            return len(self.arenas) - 1
+
+    def take(self) -> int:
+        """An execution context for one call, held until give_back: a free one, else a new one."""
+        try:
+            return self._idle.pop()
+        except IndexError:
+            return self.new_context()
+
+    def give_back(self, context: int) -> None:
+        self._idle.append(context)
 
     def sizes_of(self, given: Mapping[str, int] | None, xs) -> tuple[int, ...]:
         """The values of self.symbols for a call: given, or read off the inputs."""
@@ -146,53 +173,65 @@ class NativePartition:
                 raise RuntimeError(f"{_partition(self.node_list)}: no input gives the size {s!r}")
         return tuple(out)
 
-    def for_sizes(self, key: tuple[int, ...]) -> "BuiltPartition":
-        """The partition built for these values of self.symbols: made on first use (no compiler
-        runs), the most recent `cache` kept."""
+    def for_sizes(self, key: tuple[int, ...], context: int = 0) -> "BuiltPartition":
+        """The partition built for these values of self.symbols, in this execution context (which
+        the caller holds): made on first use (no compiler runs), the most recent `cache` sets of
+        sizes kept."""
         with self._building:
-            built = self.built.get(key)
-            if built is None:
+            builds = self.built.get(key)
+            if builds is None:
                 if self.encoded.too_small(key):
                     raise SizesOutOfReach(f"sizes {dict(zip(self.symbols, key))} make an empty tensor")
-                with self.arena_lock:
-                    built = BuiltPartition(self, key)
-                self.built[key] = built
+                builds = self.built[key] = {}
                 if len(self.built) > self.cache:
                     self.built.popitem(last=False)
             else:
                 self.built.move_to_end(key)
-        if built is not self.last:
-            self.last, self.last_sizes = built, dict(zip(self.symbols, key))
+            built = builds.get(context)
+        if built is None:   # outside the lock: a build in another context may run meanwhile
+            built = builds[context] = BuiltPartition(self, key, self.arenas[context])
+        self.last = built
+        if key != self._last_key:   # a build in another context of the same sizes says nothing new
+            self._last_key, self.last_sizes = key, dict(zip(self.symbols, key))
             if self.on_built is not None:
                 self.on_built(self.program.index, self.node_list, built.kernels, built.choices, self.last_sizes)
         return built
 
     def __call__(self, sizes: Mapping[str, int] | None, *xs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        built = self.last if not self.symbols else self.for_sizes(self.sizes_of(sizes, xs))
-        return built(*xs)
+        context = self.take()
+        try:
+            key = self.sizes_of(sizes, xs) if self.symbols else ()
+            return self.for_sizes(key, context)(*xs)
+        finally:
+            self.give_back(context)
+
+    def builds(self) -> list["BuiltPartition"]:
+        return [b for per_context in list(self.built.values()) for b in list(per_context.values())]
 
     def profile(self, on: bool) -> None:
-        for built in self.built.values():
+        for built in self.builds():
             built.profile(on)
 
     def step_seconds(self) -> list[float]:
-        """Per step, the seconds counted since profiling was turned on, over every set of sizes."""
-        counts = [b.step_seconds() for b in self.built.values()]
+        """Per step, the seconds counted since profiling was turned on, over every set of sizes
+        and context."""
+        counts = [b.step_seconds() for b in self.builds()]
         return [sum(c) for c in zip(*counts)] if counts else [0.0] * self.program.steps
 
 
 class BuiltPartition:
-    """One native partition built for one set of sizes, callable with its input tensors; returns
-    its output tensors."""
+    """One native partition built for one set of sizes in one execution context (its arena),
+    callable with its input tensors by the caller that holds the context; returns its output
+    tensors."""
 
-    def __init__(self, partition: NativePartition, sizes: tuple[int, ...]):
+    def __init__(self, partition: NativePartition, sizes: tuple[int, ...], arena: int | None = None):
         library, program, nodes = partition.library, partition.program, partition.node_list
         self.library, self.nodes = library, partition.nodes_by_name
         lib = library.lib
         words = partition.encoded.words_for(sizes)
         self._constants = program.constants   # read where they are: they live as long as the build
         handle = lib.af_build(words.ctypes.data, len(words), partition.strings, partition.constant_pointers,
-                              partition.shared, partition.table.pointers if partition.table is not None else None)
+                              partition.shared, arena, partition.table.pointers if partition.table is not None else None)
         if not handle:
             node, message = self._node_of(library.error())
             raise KernelBuildError(f"{node.describe() if node else _partition(nodes)}: {message}")
@@ -206,7 +245,7 @@ class BuiltPartition:
         self.in_types = [(v.name, torch.Size(evaluate(d, values) for d in v.shape)) for v in program.inputs]
         self.n_in, self.n_out = len(program.inputs), len(program.outputs)
         self._run = lib.af_run
-        self._lock = partition.arena_lock
+        self._lock = threading.Lock()   # the run against profiling's counts (one caller runs it)
         self._in_ptrs, self._out_ptrs = (_c * max(self.n_in, 1))(), (_c * max(self.n_out, 1))()
         # outputs made several calls' worth at a time: after a model's kernels ran, the
         # allocator's code is out of cache and its first tensor costs ~50 µs (MobileNetV3-L),

@@ -196,8 +196,9 @@ def test_the_size_cache_keeps_the_most_recent_sets(tmp_path):
 
 
 def test_every_set_of_sizes_runs_in_one_arena_that_grows(tmp_path):
-    """A partition's builds share one arena, as large as the largest: a larger size moves it, and
-    a build set up before finds it where it is now (equal to ONNX Runtime at each size, twice)."""
+    """A partition's builds in one execution context share one arena, as large as the largest: a
+    larger size moves it, and a build set up before finds it where it is now (equal to ONNX
+    Runtime at each size, twice)."""
     path = CASES["cnn"][0](tmp_path / "cnn.onnx")
     model = autofusion.compile(path, backend="native")
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
@@ -206,14 +207,18 @@ def test_every_set_of_sizes_runs_in_one_arena_that_grows(tmp_path):
         feeds = image(n, h, w)
         (want,) = session.run(None, feeds)
         np.testing.assert_allclose(model.run(feeds)[session.get_outputs()[0].name], want, rtol=1e-4, atol=1e-5)
-    arenas = {key: built.arena_bytes for key, built in part.built.items()}
+    assert len(part.arenas) == 1   # one caller: one context
+    arenas = {key: builds[0].arena_bytes for key, builds in part.built.items()}
     assert arenas[(2, 96, 64)] > arenas[(1, 32, 32)]
 
 
-def test_calls_from_threads_with_other_sizes_take_turns_in_the_arena(tmp_path):
+@pytest.mark.parametrize("streams", [1, 4])
+def test_calls_from_threads_with_other_sizes_give_the_single_threaded_answers(tmp_path, streams):
+    """One call at a time (streams=1) or four at once, each in an execution context of its own
+    with its own builds of each set of sizes: the answers of calls made one by one."""
     from concurrent.futures import ThreadPoolExecutor
     path = CASES["cnn"][0](tmp_path / "cnn.onnx")
-    model = autofusion.compile(path, backend="native")
+    model = autofusion.compile(path, backend="native", streams=streams)
     sizes = [(1, 32, 32), (2, 64, 48), (1, 80, 40), (1, 32, 48)] * 3
     feeds = [image(*s) for s in sizes]
     want = [model.run(f) for f in feeds]   # one at a time
@@ -222,6 +227,27 @@ def test_calls_from_threads_with_other_sizes_take_turns_in_the_arena(tmp_path):
     for g, w in zip(got, want):
         for k in w:
             np.testing.assert_array_equal(g[k], w[k])
+    (part,) = model.program.native.values()
+    assert 1 <= len(part.arenas) <= streams   # a context per call running at once, no more
+
+
+def test_a_call_takes_a_context_no_other_call_holds(tmp_path):
+    """With one context held (as by a call running on another thread), a call sets up a second,
+    with its own arena, and gives its answer; the context it took is free again after."""
+    path = CASES["cnn"][0](tmp_path / "cnn.onnx")
+    model = autofusion.compile(path, backend="native", streams=2)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    (part,) = model.program.native.values()
+    feeds = image(1, 32, 32)
+    held = part.take()
+    try:
+        (want,) = session.run(None, feeds)
+        np.testing.assert_allclose(model.run(feeds)["y"], want, rtol=1e-4, atol=1e-5)
+    finally:
+        part.give_back(held)
+    assert len(part.arenas) == 2
+    (used,) = part.built[(1, 32, 32)]   # the one context the call ran in
+    assert used != held and sorted(part._idle) == [0, 1]
 
 
 def test_an_empty_batch_runs_on_pytorch_kernels(tmp_path):

@@ -62,9 +62,9 @@ void Partition::Impl::finalize() {
     arena_size = std::max(arena_size, at + size);
     placed.push_back(id);
   }
-  if (shared) {   // the partition's one arena, grown to this build's size where it is smaller
-    arena = shared->arena_of(arena_size);
-    arena_moves = shared->arena_moves;
+  if (context) {   // the context's one arena, grown to this build's size where it is smaller
+    arena = context->grown_to(arena_size);
+    arena_moves = context->moves;
   } else {
     arena_storage.reset(new char[arena_size + 64]);
     arena = reinterpret_cast<char*>(align_up(reinterpret_cast<size_t>(arena_storage.get())));
@@ -120,9 +120,9 @@ void Partition::Impl::finalize() {
 }
 
 void Partition::Impl::run(void* const* inputs, void* const* outputs) {
-  if (shared && arena_moves != shared->arena_moves) {   // a larger build moved the shared arena
-    arena = shared->arena;
-    arena_moves = shared->arena_moves;
+  if (context && arena_moves != context->moves) {   // a larger build moved the context's arena
+    arena = context->at;
+    arena_moves = context->moves;
     for (auto& [m, at] : in_arena) m.set_data_handle(arena + at);
   }
   for (size_t s = 0; s < input_mems.size(); ++s)

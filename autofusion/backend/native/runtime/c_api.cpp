@@ -44,6 +44,8 @@ void set_error(const std::string& what) { last_error = what; }
 
 extern "C" Shared* af_shared() { return new Shared; }
 extern "C" void af_shared_free(Shared* s) { delete s; }
+extern "C" Arena* af_arena() { return new Arena; }
+extern "C" void af_arena_free(Arena* a) { delete a; }
 
 extern "C" {
 

@@ -56,14 +56,16 @@ enum class Pool { AF_POOLS(AF_ENUMERATOR) };
 #define AF_REDUCES(X) X(Mean) X(Sum) X(Max) X(Min) X(Prod)
 enum class Reduce { AF_REDUCES(AF_ENUMERATOR) };
 
-// what a partition's builds share (partition.h): its constants laid out as its steps want them,
-// and one arena (the builds of a partition run one at a time)
+// what a partition's builds share (partition.h): its constants laid out as its steps want them;
+// and what the builds that run in one execution context share: their arena
 struct Shared;
+struct Arena;
 
 class Partition {
  public:
-  // constants: by slot, read in place while the partition lives; shared: their laid-out forms
-  Partition(const void* const* constants, Shared* shared);
+  // constants: by slot, read in place while the partition lives; shared: their laid-out forms;
+  // context: the arena it runs in (null: its own)
+  Partition(const void* const* constants, Shared* shared, Arena* context);
   ~Partition();
   Partition(const Partition&) = delete;
   Partition& operator=(const Partition&) = delete;
@@ -170,10 +172,15 @@ extern "C" {
 // encode the calls), its constants by slot, the generated kernels its calls name by index; null
 // where it fails (af_error says why)
 Partition* af_build(const int64_t* words, int64_t n_words, const char* const* strings,
-                    const void* const* constants, Shared* shared, const KernelFn* kernels);
-// what one partition's builds share (laid-out constants, the arena); freed after its last build is
+                    const void* const* constants, Shared* shared, Arena* context,
+                    const KernelFn* kernels);
+// what one partition's builds share (laid-out constants); freed after its last build is
 Shared* af_shared();
 void af_shared_free(Shared* s);
+// one execution context's arena: the builds given it run one at a time (library.py); freed after
+// its last build is
+Arena* af_arena();
+void af_arena_free(Arena* a);
 // 0 done, 1 failed (af_error says why), 2 an input held NaN or ±inf where check_finite asked,
 // nothing run; hold_cpu >= 0: the calling thread runs on that CPU alone during the call
 int af_run(Partition* p, void* const* inputs, void* const* outputs, int check_finite, int hold_cpu);

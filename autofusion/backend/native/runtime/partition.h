@@ -151,20 +151,15 @@ struct Exec {
   std::string kernel;                  // what runs: oneDNN's implementation, or the runtime's loop
 };
 
-// What a native partition's builds for every set of sizes share. Its constants as its steps lay
+// What a native partition's builds for every set of sizes share: its constants as its steps lay
 // them out (a weight reordered for a convolution, in bf16 for a bf16 one), made once: a new size
 // costs no reorder of weights a step lays out as before, and the builds hold one copy between
 // them (the constants themselves are read where the caller gave them: the arrays stay alive with
-// the program that holds them, backend/native/library.py). And one arena, as large as the largest
-// build's, which the builds run in one at a time (the partition's lock, library.py): a new size
-// allocates no pages of its own, and a build finds where the arena is now before each run.
+// the program that holds them, backend/native/library.py). Builds on several threads at once
+// take the lock; runs only read.
 struct Shared {
   std::mutex lock;
   std::vector<std::tuple<int, memory::desc, memory>> laid_out;   // (slot, layout, the values)
-  std::unique_ptr<char[]> arena_storage;   // not zeroed: every step writes what it reads
-  char* arena = nullptr;                   // 64-byte aligned
-  size_t arena_size = 0;
-  uint64_t arena_moves = 0;                // how often the arena grew (and moved)
 
   template <class Make>
   memory as(int slot, const memory::desc& md, Make make) {
@@ -174,17 +169,27 @@ struct Shared {
     laid_out.emplace_back(slot, md, make());
     return std::get<2>(laid_out.back());
   }
+};
+
+// One execution context's intermediates, as large as the largest of its builds': the builds of a
+// partition that run in one context (one caller at a time, library.py) share it, so a new size
+// allocates no pages of its own; a build finds where the arena is now before each run. Calls in
+// different contexts run at once, each in its own arena.
+struct Arena {
+  std::unique_ptr<char[]> storage;   // not zeroed: every step writes what it reads
+  char* at = nullptr;                // 64-byte aligned
+  size_t size = 0;
+  uint64_t moves = 0;                // how often it grew (and moved)
 
   // the arena, grown to at least `bytes`
-  char* arena_of(size_t bytes) {
-    std::lock_guard<std::mutex> held(lock);
-    if (bytes > arena_size || !arena) {
-      arena_storage.reset(new char[bytes + 64]);
-      arena = reinterpret_cast<char*>((reinterpret_cast<size_t>(arena_storage.get()) + 63) / 64 * 64);
-      arena_size = bytes;
-      ++arena_moves;
+  char* grown_to(size_t bytes) {
+    if (bytes > size || !at) {
+      storage.reset(new char[bytes + 64]);
+      at = reinterpret_cast<char*>((reinterpret_cast<size_t>(storage.get()) + 63) / 64 * 64);
+      size = bytes;
+      ++moves;
     }
-    return arena;
+    return at;
   }
 };
 
@@ -193,6 +198,7 @@ struct Partition::Impl {
   dnnl::stream strm{eng};
   const void* const* constants;
   Shared* shared;
+  Arena* context;   // the arena this build runs in; null: its own
   std::unordered_map<int, Val> vals;
   std::vector<Exec> execs;
   int step = -1;
@@ -202,10 +208,10 @@ struct Partition::Impl {
   // per slot: every memory over the caller's buffer, with its offset into it
   std::vector<std::vector<std::pair<memory, size_t>>> input_mems, output_mems;
   std::vector<int64_t> input_elems;   // per input slot, its float32 elements
-  std::unique_ptr<char[]> arena_storage;   // its own, where there is no Shared
+  std::unique_ptr<char[]> arena_storage;   // its own, where it has no context
   char* arena = nullptr;
   size_t arena_size = 0;
-  uint64_t arena_moves = 0;                   // the Shared arena's, when its memories were bound
+  uint64_t arena_moves = 0;                   // the context's, when its memories were bound
   std::vector<std::pair<memory, size_t>> in_arena;   // every memory over the arena, with its offset
   memory scratch;
   size_t scratch_size = 0;
@@ -215,7 +221,7 @@ struct Partition::Impl {
   // prints them under the node)
   std::vector<std::vector<std::string>> choices;
 
-  Impl(const void* const* c, Shared* s) : constants(c), shared(s) {}
+  Impl(const void* const* c, Shared* s, Arena* a) : constants(c), shared(s), context(a) {}
 
   [[noreturn]] void fail(const std::string& what) const {
     throw std::runtime_error("node '" + node + "': " + what);

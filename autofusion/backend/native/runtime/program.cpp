@@ -194,10 +194,11 @@ void make(Partition& p, const Call& c) {
 }  // namespace
 
 extern "C" Partition* af_build(const int64_t* words, int64_t n_words, const char* const* strings,
-                               const void* const* constants, Shared* shared, const KernelFn* kernels) {
+                               const void* const* constants, Shared* shared, Arena* context,
+                               const KernelFn* kernels) {
   Partition* p = nullptr;
   try {
-    p = new Partition(constants, shared);
+    p = new Partition(constants, shared, context);
     for (int64_t at = 0; at < n_words;) {
       if (at + 3 > n_words || words[at] != Name) throw std::runtime_error("program: a call without its name");
       Call c{strings[words[at + 1]], {}, strings, kernels};

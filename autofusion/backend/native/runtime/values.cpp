@@ -377,7 +377,8 @@ memory Partition::Impl::constant_as(int id, const memory::desc& md) {
   return constant_as(id, given.get_dims() == md.get_dims() ? given : given.reshape(md.get_dims()), md);
 }
 
-Partition::Partition(const void* const* constants, Shared* shared) : impl_(new Impl(constants, shared)) {}
+Partition::Partition(const void* const* constants, Shared* shared, Arena* context)
+    : impl_(new Impl(constants, shared, context)) {}
 Partition::~Partition() = default;
 
 void Partition::input(int id, int slot, const Dims& shape) {
