@@ -17,7 +17,7 @@ from ..ir import Graph, Value
 from .executor import Program, storage, tensors_of, to_numpy
 from .lower import lower
 from .native import affinity
-from .native.library import SIZE_CACHE, SizesOutOfReach
+from .native.library import SIZE_CACHE, Runner, SizesOutOfReach
 from .precision import GuardReport
 from .sizes import SizesCheck
 from .specialise import symbolic_dims
@@ -46,7 +46,8 @@ class CompiledModel:
         self.report, self.guard = report, guard
         self.backend, self.threads, self.size_cache = self.plan.backend, threads, size_cache
         self.streams = streams
-        self._turns = Turns(streams)   # the calls running now, at most streams
+        self._turns = Turns(streams)   # the calls running now, at most streams, each in a slot
+        self._runners: list[Runner | None] = [None] * streams   # per slot, its stream's thread
         self._submitted: ThreadPoolExecutor | None = None
         self._submit_lock = threading.Lock()
         self.symbols = symbolic_dims(graph)
@@ -168,7 +169,8 @@ class CompiledModel:
         if (program.plan.nan_clamping and not program.all_finite(tensors)) or \
                 (sizes and not self._fits(program, sizes)):
             program = self._exact(program)
-        with self._turns:
+        slot = self._turns.take()
+        try:
             self._use_threads()
             own_cpus = None if program.runtime is None else affinity.hold_caller(
                 affinity.pin_workers(program.runtime, torch.get_num_threads()))
@@ -181,6 +183,8 @@ class CompiledModel:
             finally:
                 if own_cpus is not None:
                     os.sched_setaffinity(0, own_cpus)
+        finally:
+            self._turns.give_back(slot)
         # an output sharing memory with a caller's input or a constant (Identity, a reshape or
         # slice view) is returned as a copy, so writing to it cannot change either
         if not program.outputs_fresh:
@@ -209,15 +213,23 @@ class CompiledModel:
             return None
         if sizes:
             self._check_sizes(sizes)
-        with self._turns:
+        slot = self._turns.take()
+        context = whole.take()
+        try:
             self._use_threads()   # before a build: oneDNN splits a primitive's work for the count then
-            context = whole.take()
-            try:
-                built = whole.for_sizes(tuple(sizes[s] for s in whole.symbols) if whole.symbols else (), context)
-                cpus = affinity.pin_workers(whole.library, torch.get_num_threads())
-                return built.run_checked(tensors, bool(program.plan.nan_clamping), -1 if cpus is None else cpus[0])
-            finally:
-                whole.give_back(context)
+            built = whole.for_sizes(tuple(sizes[s] for s in whole.symbols) if whole.symbols else (), context)
+            runner = self._runners[slot] or self._runner(slot, whole.library)
+            cpus = affinity.pin_workers(whole.library, torch.get_num_threads(), runner)
+            return built.run_checked(tensors, bool(program.plan.nan_clamping), -1 if cpus is None else cpus[0],
+                                     runner)
+        finally:
+            whole.give_back(context)
+            self._turns.give_back(slot)
+
+    def _runner(self, slot: int, library) -> Runner:
+        """The stream thread of a slot, started on its first call (runner.cpp says why)."""
+        runner = self._runners[slot] = Runner(library)
+        return runner
 
     def _plain_sizes(self, arrays: list[Array]) -> dict[str, int] | None:
         """Where there are inputs and every one is a dense torch tensor of its dtype and shape

@@ -55,17 +55,18 @@ def worker_cpus(threads: int, allowed: Iterable[int],
     return order[:threads]
 
 
-def pin_workers(library, threads: int) -> list[int] | None:
+def pin_workers(library, threads: int, runner=None) -> list[int] | None:
     """Pin the workers of the calling thread's team of `threads` (libgomp keeps a pool per
-    calling thread), once per thread and count, through any model library's runtime (all run on
-    the one libgomp); the CPUs, or None where not pinned."""
-    key = threading.get_ident(), threads
+    thread), or of the runner's thread's where one is given (library.Runner), once per thread and
+    count, through any model library's runtime (all run on the one libgomp); the CPUs, or None
+    where not pinned."""
+    key = (threading.get_ident() if runner is None else runner.handle), threads
     if key in _pinned:
         return _pinned[key]
     cpus = None
     if os.environ.get("AUTOFUSION_PIN_THREADS", "1") != "0" and not any(os.environ.get(v) for v in USER_BINDING):
         cpus = worker_cpus(threads, os.sched_getaffinity(0))
-        if cpus is not None and library.pin_workers(cpus) != threads - 1:
+        if cpus is not None and (library if runner is None else runner).pin_workers(cpus) != threads - 1:
             cpus = None   # the runtime could not pin them all (a cgroup's rules, say)
     _pinned[key] = cpus
     return cpus

@@ -58,6 +58,13 @@ class NativeLibrary:
         lib.af_all_finite.restype, lib.af_all_finite.argtypes = ctypes.c_int, [_c, ctypes.c_int64]
         lib.af_pin_workers.restype = ctypes.c_int
         lib.af_pin_workers.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int]
+        lib.af_runner.restype, lib.af_runner.argtypes = _c, []
+        lib.af_runner_free.restype, lib.af_runner_free.argtypes = None, [_c]
+        lib.af_run_on.restype = ctypes.c_int
+        lib.af_run_on.argtypes = [_c, ctypes.c_int, _c, ctypes.POINTER(_c), ctypes.POINTER(_c), ctypes.c_int,
+                                  ctypes.c_int]
+        lib.af_pin_workers_on.restype = ctypes.c_int
+        lib.af_pin_workers_on.argtypes = [_c, ctypes.POINTER(ctypes.c_int), ctypes.c_int]
         self.path = path
 
     def error(self) -> str:
@@ -70,6 +77,20 @@ class NativeLibrary:
     def pin_workers(self, cpus: list[int]) -> int:
         """Pin thread k >= 1 of an OpenMP team of len(cpus) to cpus[k]; how many it pinned."""
         return self.lib.af_pin_workers((ctypes.c_int * len(cpus))(*cpus), len(cpus))
+
+
+class Runner:
+    """A stream's thread, in the runtime (runner.cpp): the native calls handed to it run there,
+    so a model's OpenMP work has one pool per stream whichever threads call the model."""
+
+    def __init__(self, library: NativeLibrary):
+        self.library = library
+        self.handle = library.lib.af_runner()
+        weakref.finalize(self, library.lib.af_runner_free, self.handle)
+
+    def pin_workers(self, cpus: list[int]) -> int:
+        """Pin thread k >= 1 of this thread's OpenMP team of len(cpus) to cpus[k]."""
+        return self.library.lib.af_pin_workers_on(self.handle, (ctypes.c_int * len(cpus))(*cpus), len(cpus))
 
 
 def runtime(tc: Toolchain) -> NativeLibrary:
@@ -244,7 +265,7 @@ class BuiltPartition:
         self.out_shapes = [tuple(evaluate(d, values) for d in v.shape) for v in program.outputs]
         self.in_types = [(v.name, torch.Size(evaluate(d, values) for d in v.shape)) for v in program.inputs]
         self.n_in, self.n_out = len(program.inputs), len(program.outputs)
-        self._run = lib.af_run
+        self._run, self._run_on = lib.af_run, lib.af_run_on
         self._lock = threading.Lock()   # the run against profiling's counts (one caller runs it)
         self._in_ptrs, self._out_ptrs = (_c * max(self.n_in, 1))(), (_c * max(self.n_out, 1))()
         # outputs made several calls' worth at a time: after a model's kernels ran, the
@@ -270,10 +291,11 @@ class BuiltPartition:
         return self.run_checked([x.contiguous() for x in xs])
 
     def run_checked(self, xs: list[torch.Tensor], check_finite: bool = False,
-                    hold_cpu: int = -1) -> tuple[torch.Tensor, ...] | None:
-        """Run on inputs already known to be dense float32 tensors of the plan's shapes.
-        check_finite: None, running nothing, where one holds NaN or an infinity; hold_cpu >= 0:
-        the calling thread runs on that CPU alone during the call (affinity.hold_caller)."""
+                    hold_cpu: int = -1, runner: Runner | None = None) -> tuple[torch.Tensor, ...] | None:
+        """Run on inputs already known to be dense float32 tensors of the plan's shapes, on the
+        runner's thread (None: the caller's). check_finite: None, running nothing, where one holds
+        NaN or an infinity; hold_cpu >= 0: the running thread is on that CPU alone during the
+        call (affinity.hold_caller)."""
         with self._lock:
             if not self._made:
                 self._made = [[torch.empty(s) for s in self.out_shapes] for _ in range(self._batch)]
@@ -282,7 +304,11 @@ class BuiltPartition:
                 self._in_ptrs[k] = x.data_ptr()
             for k, o in enumerate(outs):
                 self._out_ptrs[k] = o.data_ptr()
-            rc = self._run(self.handle, self._in_ptrs, self._out_ptrs, check_finite, hold_cpu)
+            if runner is None:
+                rc = self._run(self.handle, self._in_ptrs, self._out_ptrs, check_finite, hold_cpu)
+            else:
+                rc = self._run_on(runner.handle, torch.get_num_threads(), self.handle, self._in_ptrs,
+                                  self._out_ptrs, check_finite, hold_cpu)
             if rc == NOT_FINITE:
                 self._made.append(outs)
                 return None

@@ -57,13 +57,14 @@ def test_a_models_call_pins_its_worker_and_a_user_binding_or_the_switch_prevents
             m = model()
             m(torch.ones(64, 4096))
             want = None if env else affinity.worker_cpus(2, os.sched_getaffinity(0))
-            assert affinity._pinned == {(threading.get_ident(), 2): want}
+            stream = m._runners[0]   # the stream's thread, whose team runs the call
+            assert affinity._pinned == {(stream.handle, 2): want}
         [_, worker] = want
-        assert {worker} in worker_affinities()   # the pool's thread 1, pinned by the runtime
-        other = threading.Thread(target=m, args=(torch.ones(64, 4096),))   # a pool of its own
+        assert {worker} in worker_affinities()   # the team's thread 1, pinned by the runtime
+        other = threading.Thread(target=m, args=(torch.ones(64, 4096),))
         other.start()
         other.join()
-        assert affinity._pinned[(other.ident, 2)] == want
+        assert list(affinity._pinned) == [(stream.handle, 2)]   # the same stream ran it: no pool of its own
         assert os.sched_getaffinity(0) == set(want)   # the caller's thread stays free
     finally:
         torch.set_num_threads(before)

@@ -60,6 +60,7 @@ enum class Reduce { AF_REDUCES(AF_ENUMERATOR) };
 // and what the builds that run in one execution context share: their arena
 struct Shared;
 struct Arena;
+class Runner;
 
 class Partition {
  public:
@@ -184,6 +185,12 @@ void af_arena_free(Arena* a);
 // 0 done, 1 failed (af_error says why), 2 an input held NaN or ±inf where check_finite asked,
 // nothing run; hold_cpu >= 0: the calling thread runs on that CPU alone during the call
 int af_run(Partition* p, void* const* inputs, void* const* outputs, int check_finite, int hold_cpu);
+// a stream's thread (runner.cpp), and af_run / af_pin_workers carried out on it
+Runner* af_runner();
+void af_runner_free(Runner* r);
+int af_run_on(Runner* r, int threads, Partition* p, void* const* inputs, void* const* outputs,
+              int check_finite, int hold_cpu);
+int af_pin_workers_on(Runner* r, const int* cpus, int n);
 void af_free(Partition* p);
 const char* af_error();
 size_t af_arena_bytes(Partition* p);
@@ -194,6 +201,8 @@ int af_step_times(Partition* p, double* out, int n);
 int af_step_kernels(Partition* p, char* out, int n);
 // 1 where none of the n floats is NaN or ±inf (the check for plans that clamp NaN, model.py)
 int af_all_finite(const float* p, int64_t n);
+// pins thread k >= 1 of the calling thread's OpenMP team of n to cpus[k]; how many it pinned
+int af_pin_workers(const int* cpus, int n);
 }
 
 }  // namespace af
