@@ -17,7 +17,7 @@ from ..ir import Graph, Value
 from .executor import Program, storage, tensors_of, to_numpy
 from .lower import lower
 from .native import affinity
-from .native.library import SIZE_CACHE, Runner, SizesOutOfReach
+from .native.library import SIZE_CACHE, SizesOutOfReach, Streams
 from .precision import GuardReport
 from .sizes import SizesCheck
 from .specialise import symbolic_dims
@@ -46,8 +46,13 @@ class CompiledModel:
         self.report, self.guard = report, guard
         self.backend, self.threads, self.size_cache = self.plan.backend, threads, size_cache
         self.streams = streams
-        self._turns = Turns(streams)   # the calls running now, at most streams, each in a slot
-        self._runners: list[Runner | None] = [None] * streams   # per slot, its stream's thread
+        # the calls running now, at most `streams`; a native-only program's calls queue in the
+        # runtime's streams (runner.cpp), one more waiting there for each stream (so a stream that
+        # finishes a call takes the next at once), the rest here; the others take turns here
+        self._turns = Turns(streams)
+        self._queued = Turns(2 * streams)
+        self._streams: Streams | None = None
+        self._streams_lock = threading.Lock()
         self._submitted: ThreadPoolExecutor | None = None
         self._submit_lock = threading.Lock()
         self.symbols = symbolic_dims(graph)
@@ -202,9 +207,9 @@ class CompiledModel:
             return program(*tensors, sizes=sizes)
 
     def _one_call(self, tensors: list[torch.Tensor], sizes: dict[str, int]) -> tuple[torch.Tensor, ...] | None:
-        """Plain inputs to a program that is one native partition: one C call that also checks
-        the inputs for NaN and holds the caller's CPU (the same work from Python cost ~70 µs,
-        its code out of cache after the kernels); None where the program is not such a one, is
+        """Plain inputs to a program that is one native partition: one C call, run on one of the
+        model's streams, that also checks the inputs for NaN (the same work from Python cost
+        ~70 µs, its code out of cache after the kernels); None where the program is not such a one, is
         being profiled, an input holds NaN or an infinity, or a size is below 1 (the general path
         takes those)."""
         program = self.program
@@ -213,23 +218,26 @@ class CompiledModel:
             return None
         if sizes:
             self._check_sizes(sizes)
-        slot = self._turns.take()
+        turn = self._queued.take()
         context = whole.take()
         try:
             self._use_threads()   # before a build: oneDNN splits a primitive's work for the count then
             built = whole.for_sizes(tuple(sizes[s] for s in whole.symbols) if whole.symbols else (), context)
-            runner = self._runners[slot] or self._runner(slot, whole.library)
-            cpus = affinity.pin_workers(whole.library, torch.get_num_threads(), runner)
-            return built.run_checked(tensors, bool(program.plan.nan_clamping), -1 if cpus is None else cpus[0],
-                                     runner)
+            return built.run_checked(tensors, bool(program.plan.nan_clamping),
+                                     streams=self._streams or self._start_streams(whole.library))
         finally:
             whole.give_back(context)
-            self._turns.give_back(slot)
+            self._queued.give_back(turn)
 
-    def _runner(self, slot: int, library) -> Runner:
-        """The stream thread of a slot, started on its first call (runner.cpp says why)."""
-        runner = self._runners[slot] = Runner(library)
-        return runner
+    def _start_streams(self, library) -> Streams:
+        """The model's streams, started on its first call: a thread each, its team on its share of
+        the CPUs where that pays (affinity.stream_cpus)."""
+        with self._streams_lock:
+            if self._streams is None:
+                threads = torch.get_num_threads()
+                self._streams = Streams(library, self.streams, threads,
+                                        affinity.stream_cpus(self.streams, threads, os.sched_getaffinity(0)))
+            return self._streams
 
     def _plain_sizes(self, arrays: list[Array]) -> dict[str, int] | None:
         """Where there are inputs and every one is a dense torch tensor of its dtype and shape

@@ -7,11 +7,13 @@ On a 2-vCPU machine elementwise-8's 0.25 ms kernel took 5.4 and 4.2 ms on its fi
 after a 0.2 s pause; with the worker pinned, 0.39 and 0.26 ms (BENCHMARKS.md, "2026-12-05-pinned-workers").
 
 When: only where the team has a thread for every core the process may run on (it uses them all
-anyway, so pinning takes nothing from anyone), never where the user chose a binding
+anyway, so pinning takes nothing from anyone), or where a model's streams split them (each
+stream's team on its own share), never where the user chose a binding
 (OMP_PROC_BIND, OMP_PLACES, GOMP_CPU_AFFINITY) or turned pinning off (AUTOFUSION_PIN_THREADS=0).
-The caller's thread is held on the one CPU no worker has for the length of a call only
-(hold_caller; inside the C call where the model's whole program is one native partition): left
-free, it may wake on a worker's CPU, and a pinned worker cannot move away.
+The thread that runs the call (a stream's, runner.cpp) is held on the one CPU of the team no
+worker has for the length of a call only (hold_caller; inside the C call where the model's
+whole program is one native partition): left free, it may wake on a worker's CPU, and a pinned
+worker cannot move away.
 torch's operators share the pool (one libgomp), and gain too.
 """
 from __future__ import annotations
@@ -55,18 +57,35 @@ def worker_cpus(threads: int, allowed: Iterable[int],
     return order[:threads]
 
 
-def pin_workers(library, threads: int, runner=None) -> list[int] | None:
+def stream_cpus(streams: int, threads: int, allowed: Iterable[int],
+                core: Callable[[int], object] = core_of) -> list[int] | None:
+    """The CPUs of a model's streams' teams (runner.cpp), stream k's the k-th `threads` of them,
+    the first of each core first; None where they would not pay (one stream whose team leaves a
+    core free: worker_cpus), where they would not fit one thread a CPU, or where pinning is off
+    or the user chose a binding."""
+    if not pinning_allowed():
+        return None
+    if streams == 1:
+        return worker_cpus(threads, allowed, core)
+    order = cpu_order(allowed, core)
+    return order[:streams * threads] if streams * threads <= len(order) else None
+
+
+def pinning_allowed() -> bool:
+    return os.environ.get("AUTOFUSION_PIN_THREADS", "1") != "0" and not any(os.environ.get(v) for v in USER_BINDING)
+
+
+def pin_workers(library, threads: int) -> list[int] | None:
     """Pin the workers of the calling thread's team of `threads` (libgomp keeps a pool per
-    thread), or of the runner's thread's where one is given (library.Runner), once per thread and
-    count, through any model library's runtime (all run on the one libgomp); the CPUs, or None
-    where not pinned."""
-    key = (threading.get_ident() if runner is None else runner.handle), threads
+    calling thread), once per thread and count, through any model library's runtime (all run on
+    the one libgomp); the CPUs, or None where not pinned."""
+    key = threading.get_ident(), threads
     if key in _pinned:
         return _pinned[key]
     cpus = None
-    if os.environ.get("AUTOFUSION_PIN_THREADS", "1") != "0" and not any(os.environ.get(v) for v in USER_BINDING):
+    if pinning_allowed():
         cpus = worker_cpus(threads, os.sched_getaffinity(0))
-        if cpus is not None and (library if runner is None else runner).pin_workers(cpus) != threads - 1:
+        if cpus is not None and library.pin_workers(cpus) != threads - 1:
             cpus = None   # the runtime could not pin them all (a cgroup's rules, say)
     _pinned[key] = cpus
     return cpus

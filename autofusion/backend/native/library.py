@@ -58,13 +58,11 @@ class NativeLibrary:
         lib.af_all_finite.restype, lib.af_all_finite.argtypes = ctypes.c_int, [_c, ctypes.c_int64]
         lib.af_pin_workers.restype = ctypes.c_int
         lib.af_pin_workers.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int]
-        lib.af_runner.restype, lib.af_runner.argtypes = _c, []
-        lib.af_runner_free.restype, lib.af_runner_free.argtypes = None, [_c]
+        lib.af_streams.restype = _c
+        lib.af_streams.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int)]
+        lib.af_streams_free.restype, lib.af_streams_free.argtypes = None, [_c]
         lib.af_run_on.restype = ctypes.c_int
-        lib.af_run_on.argtypes = [_c, ctypes.c_int, _c, ctypes.POINTER(_c), ctypes.POINTER(_c), ctypes.c_int,
-                                  ctypes.c_int]
-        lib.af_pin_workers_on.restype = ctypes.c_int
-        lib.af_pin_workers_on.argtypes = [_c, ctypes.POINTER(ctypes.c_int), ctypes.c_int]
+        lib.af_run_on.argtypes = [_c, ctypes.c_int, _c, ctypes.POINTER(_c), ctypes.POINTER(_c), ctypes.c_int]
         self.path = path
 
     def error(self) -> str:
@@ -79,18 +77,16 @@ class NativeLibrary:
         return self.lib.af_pin_workers((ctypes.c_int * len(cpus))(*cpus), len(cpus))
 
 
-class Runner:
-    """A stream's thread, in the runtime (runner.cpp): the native calls handed to it run there,
-    so a model's OpenMP work has one pool per stream whichever threads call the model."""
+class Streams:
+    """A model's streams, in the runtime (runner.cpp): `count` threads of its own, each with a
+    team of `threads`, pinned to `cpus` (count·threads of them; None: not pinned); a native call
+    handed to them runs on the first that is free, the callers in the order they came."""
 
-    def __init__(self, library: NativeLibrary):
-        self.library = library
-        self.handle = library.lib.af_runner()
-        weakref.finalize(self, library.lib.af_runner_free, self.handle)
-
-    def pin_workers(self, cpus: list[int]) -> int:
-        """Pin thread k >= 1 of this thread's OpenMP team of len(cpus) to cpus[k]."""
-        return self.library.lib.af_pin_workers_on(self.handle, (ctypes.c_int * len(cpus))(*cpus), len(cpus))
+    def __init__(self, library: NativeLibrary, count: int, threads: int, cpus: list[int] | None):
+        self.count, self.threads, self.cpus = count, threads, cpus
+        pinned = (ctypes.c_int * len(cpus))(*cpus) if cpus else None
+        self.handle = library.lib.af_streams(count, threads, pinned)
+        weakref.finalize(self, library.lib.af_streams_free, self.handle)
 
 
 def runtime(tc: Toolchain) -> NativeLibrary:
@@ -291,11 +287,11 @@ class BuiltPartition:
         return self.run_checked([x.contiguous() for x in xs])
 
     def run_checked(self, xs: list[torch.Tensor], check_finite: bool = False,
-                    hold_cpu: int = -1, runner: Runner | None = None) -> tuple[torch.Tensor, ...] | None:
-        """Run on inputs already known to be dense float32 tensors of the plan's shapes, on the
-        runner's thread (None: the caller's). check_finite: None, running nothing, where one holds
-        NaN or an infinity; hold_cpu >= 0: the running thread is on that CPU alone during the
-        call (affinity.hold_caller)."""
+                    hold_cpu: int = -1, streams: Streams | None = None) -> tuple[torch.Tensor, ...] | None:
+        """Run on inputs already known to be dense float32 tensors of the plan's shapes, on one
+        of the streams (None: the caller's thread). check_finite: None, running nothing, where
+        one holds NaN or an infinity; hold_cpu >= 0: the caller's thread is on that CPU alone
+        during the call (affinity.hold_caller; the streams hold their own)."""
         with self._lock:
             if not self._made:
                 self._made = [[torch.empty(s) for s in self.out_shapes] for _ in range(self._batch)]
@@ -304,11 +300,11 @@ class BuiltPartition:
                 self._in_ptrs[k] = x.data_ptr()
             for k, o in enumerate(outs):
                 self._out_ptrs[k] = o.data_ptr()
-            if runner is None:
+            if streams is None:
                 rc = self._run(self.handle, self._in_ptrs, self._out_ptrs, check_finite, hold_cpu)
             else:
-                rc = self._run_on(runner.handle, torch.get_num_threads(), self.handle, self._in_ptrs,
-                                  self._out_ptrs, check_finite, hold_cpu)
+                rc = self._run_on(streams.handle, torch.get_num_threads(), self.handle, self._in_ptrs,
+                                  self._out_ptrs, check_finite)
             if rc == NOT_FINITE:
                 self._made.append(outs)
                 return None

@@ -57,14 +57,14 @@ def test_a_models_call_pins_its_worker_and_a_user_binding_or_the_switch_prevents
             m = model()
             m(torch.ones(64, 4096))
             want = None if env else affinity.worker_cpus(2, os.sched_getaffinity(0))
-            stream = m._runners[0]   # the stream's thread, whose team runs the call
-            assert affinity._pinned == {(stream.handle, 2): want}
+            assert m._streams.cpus == want   # the stream's team, which ran the call
         [_, worker] = want
         assert {worker} in worker_affinities()   # the team's thread 1, pinned by the runtime
+        threads = len(os.listdir("/proc/self/task"))
         other = threading.Thread(target=m, args=(torch.ones(64, 4096),))
         other.start()
         other.join()
-        assert list(affinity._pinned) == [(stream.handle, 2)]   # the same stream ran it: no pool of its own
+        assert len(os.listdir("/proc/self/task")) == threads   # the stream ran it: no pool of the caller's
         assert os.sched_getaffinity(0) == set(want)   # the caller's thread stays free
     finally:
         torch.set_num_threads(before)
@@ -97,22 +97,24 @@ def products_model(n: int = 512, depth: int = 8) -> autofusion.CompiledModel:
 
 @pytest.mark.skipif(unavailable() is not None, reason=f"no native code: {unavailable()}")
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) != 2, reason="for a process with 2 CPUs")
-def test_a_one_call_model_holds_the_caller_inside_the_c_call_and_gives_its_set_back():
-    """The model is one native partition, so the runtime moves the caller itself (af_run): a
-    second thread, running while the C call has let go of the GIL, sees it on the CPU no worker
-    has, and after the call the caller has its own set back."""
+def test_a_one_call_model_runs_on_its_stream_held_on_the_cpu_no_worker_has():
+    """The model is one native partition, so its calls run on the model's stream (runner.cpp), a
+    thread of the runtime's: a watcher sees that thread on the CPU no worker has while the calls
+    run, and the caller's own set never changes."""
     m = products_model()
     assert m.program.whole is not None
     x = torch.ones(512, 512)
+    before = set(os.listdir("/proc/self/task"))
     m(x)
-    want = affinity._pinned.get((threading.get_ident(), 2))
+    want = m._streams.cpus
     if want is None:
         pytest.skip("the workers could not be pinned here")
-    own, tid, seen, done = os.sched_getaffinity(0), threading.get_native_id(), set(), threading.Event()
+    started = set(os.listdir("/proc/self/task")) - before   # the stream's thread and its team's
+    own, seen, done = os.sched_getaffinity(0), set(), threading.Event()
 
     def watch():
         while not done.is_set():
-            seen.add(frozenset(os.sched_getaffinity(tid)))
+            seen.update(frozenset(os.sched_getaffinity(int(t))) for t in started)
 
     watcher = threading.Thread(target=watch)
     watcher.start()
@@ -122,6 +124,6 @@ def test_a_one_call_model_holds_the_caller_inside_the_c_call_and_gives_its_set_b
     finally:
         done.set()
         watcher.join()
-    assert frozenset({want[0]}) in seen
+    assert frozenset({want[0]}) in seen and frozenset({want[1]}) in seen
     assert os.sched_getaffinity(0) == own
     np.testing.assert_allclose(m(x).numpy(), np.full((512, 512), 0.5 ** 8), rtol=1e-6)

@@ -60,7 +60,7 @@ enum class Reduce { AF_REDUCES(AF_ENUMERATOR) };
 // and what the builds that run in one execution context share: their arena
 struct Shared;
 struct Arena;
-class Runner;
+class Streams;
 
 class Partition {
  public:
@@ -185,12 +185,12 @@ void af_arena_free(Arena* a);
 // 0 done, 1 failed (af_error says why), 2 an input held NaN or ±inf where check_finite asked,
 // nothing run; hold_cpu >= 0: the calling thread runs on that CPU alone during the call
 int af_run(Partition* p, void* const* inputs, void* const* outputs, int check_finite, int hold_cpu);
-// a stream's thread (runner.cpp), and af_run / af_pin_workers carried out on it
-Runner* af_runner();
-void af_runner_free(Runner* r);
-int af_run_on(Runner* r, int threads, Partition* p, void* const* inputs, void* const* outputs,
-              int check_finite, int hold_cpu);
-int af_pin_workers_on(Runner* r, const int* cpus, int n);
+// a model's streams (runner.cpp): n threads with teams of `threads`, pinned to cpus (n·threads
+// of them) or not (null); af_run carried out on the first free one, callers in turn
+Streams* af_streams(int n, int threads, const int* cpus);
+void af_streams_free(Streams* s);
+int af_run_on(Streams* s, int threads, Partition* p, void* const* inputs, void* const* outputs,
+              int check_finite);
 void af_free(Partition* p);
 const char* af_error();
 size_t af_arena_bytes(Partition* p);

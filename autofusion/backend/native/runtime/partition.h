@@ -8,7 +8,7 @@
 //   own_loops.cpp  the runtime's own loops (softmax.h, gemv.h, depthwise.h, ...) as executables
 //   arena.cpp      finalize() (the arena's placement, arguments bound) and run()
 //   c_api.cpp      the C functions Python calls (native.h), thread pinning
-//   runner.cpp     a stream's thread, which runs the calls handed to it
+//   runner.cpp     a model's streams: threads of its own that run the calls handed to them
 // native.h includes no oneDNN header; this one does, and only the runtime's own files include it.
 #pragma once
 

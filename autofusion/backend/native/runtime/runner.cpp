@@ -1,9 +1,10 @@
-// A stream's thread: it runs the calls handed to it, so that a model's OpenMP work has one pool
-// per stream whichever threads call the model. libgomp keeps a pool for each thread that ever
-// ran a parallel region, as long as that thread lives, and counts every pool's threads against
-// the CPUs; where they outnumber the CPUs, every team sleeps between parallel regions instead of
-// waiting awake (MobileNetV3-L called from a second thread: 5.4 ms a call, against 2.0 ms).
-// One caller at a time hands it work (the model's turns, backend/turns.py).
+// A model's streams: threads of the runtime's own that run the calls handed to them, the first
+// call waiting first. Why threads of our own: libgomp keeps an OpenMP pool for each thread that
+// ever ran a parallel region, as long as that thread lives, and counts every pool's threads
+// against the CPUs; where they outnumber the CPUs, every team sleeps between parallel regions
+// instead of waiting awake (MobileNetV3-L called from a second thread: 5.4 ms a call, against
+// 2.0 ms). Here a model's OpenMP work has one pool per stream whichever threads call it. And the
+// callers wait here, not in Python: a stream that finishes a call takes the next at once.
 #include "native.h"
 
 #include <omp.h>
@@ -11,99 +12,110 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace af {
 
-class Runner {
+class Streams {
  public:
-  Runner() : thread_([this] { loop(); }) {}
-  ~Runner() {
+  // n threads, each with a team of `threads`; cpus (n·threads of them, or null): stream k's team
+  // pinned to cpus[k·threads ...], its own thread held on the first of them during each call
+  Streams(int n, int threads, const int* cpus) : pending_(0), threads_per_stream_(threads) {
+    for (int k = 0; k < n; ++k) {
+      hold_.push_back(cpus && threads > 0 ? cpus[k * threads] : -1);
+      own_cpus_.emplace_back(cpus ? cpus + k * threads : cpus, cpus ? cpus + (k + 1) * threads : cpus);
+    }
+    for (int k = 0; k < n; ++k) threads_.emplace_back([this, k, threads] { loop(k, threads); });
+  }
+  ~Streams() {
     {
       std::lock_guard<std::mutex> held(lock_);
       stop_ = true;
     }
-    wake_.notify_one();
-    thread_.join();
+    work_.notify_all();
+    for (auto& t : threads_) t.join();
   }
-  Runner(const Runner&) = delete;
-  Runner& operator=(const Runner&) = delete;
+  Streams(const Streams&) = delete;
+  Streams& operator=(const Streams&) = delete;
 
-  // job() on the runner's thread; returns when it is done
-  template <class Job>
-  void run(Job& job) {
+  // job(the CPU its thread holds or -1, its team's threads) on the first free stream; returns
+  // when it is done
+  void run(const std::function<void(int, int)>& job) {
+    Waiting mine{&job};
     std::unique_lock<std::mutex> held(lock_);
-    job_ = [&job] { job(); };
-    done_ = false;
-    pending_.store(true, std::memory_order_release);
-    wake_.notify_one();
-    finished_.wait(held, [this] { return done_; });
+    queue_.push_back(&mine);
+    pending_.fetch_add(1, std::memory_order_release);
+    work_.notify_one();
+    mine.finished.wait(held, [&] { return mine.done; });
   }
 
  private:
-  // after a call, the thread waits awake a little (a server's next request, the next call of a
+  struct Waiting {
+    const std::function<void(int, int)>* job;
+    bool done = false;
+    std::condition_variable finished;
+  };
+
+  // after a call, a stream waits awake a little (a server's next request, the next call of a
   // loop) before it sleeps: waking a sleeping thread costs tens of microseconds
   static constexpr auto AWAKE = std::chrono::microseconds(100);
 
-  void loop() {
+  void loop(int k, int threads) {
+    if (threads > 0) omp_set_num_threads(threads);
+    if (threads > 1 && !own_cpus_[k].empty()) af_pin_workers(own_cpus_[k].data(), threads);
     for (;;) {
       const auto until = std::chrono::steady_clock::now() + AWAKE;
-      while (!pending_.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until) {
+      while (pending_.load(std::memory_order_acquire) == 0 && std::chrono::steady_clock::now() < until) {
       }
       std::unique_lock<std::mutex> held(lock_);
-      wake_.wait(held, [this] { return pending_.load(std::memory_order_acquire) || stop_; });
+      work_.wait(held, [this] { return !queue_.empty() || stop_; });
       if (stop_) return;
-      pending_.store(false, std::memory_order_relaxed);
-      std::function<void()> job = std::move(job_);
+      Waiting* next = queue_.front();
+      queue_.pop_front();
+      pending_.fetch_sub(1, std::memory_order_relaxed);
       held.unlock();
-      job();
+      (*next->job)(hold_[k], threads_per_stream_);
       held.lock();
-      done_ = true;
-      finished_.notify_one();
+      next->done = true;
+      next->finished.notify_one();
     }
   }
 
   std::mutex lock_;
-  std::condition_variable wake_, finished_;
-  std::function<void()> job_;
-  std::atomic<bool> pending_{false};
-  bool done_ = false, stop_ = false;
-  std::thread thread_;   // last: it starts once the rest is made
+  std::condition_variable work_;
+  std::deque<Waiting*> queue_;
+  std::atomic<int> pending_;
+  const int threads_per_stream_;
+  bool stop_ = false;
+  std::vector<int> hold_;
+  std::vector<std::vector<int>> own_cpus_;
+  std::vector<std::thread> threads_;   // last: they start once the rest is made
 };
 
 extern "C" {
 
-Runner* af_runner() { return new Runner; }
-void af_runner_free(Runner* r) { delete r; }
+Streams* af_streams(int n, int threads, const int* cpus) { return new Streams(n, threads, cpus); }
+void af_streams_free(Streams* s) { delete s; }
 
-// af_run on the runner's thread with teams of `threads` (as the partition's primitives were made
-// for); what it says of a failure (af_error) is said on the caller's
-int af_run_on(Runner* r, int threads, Partition* p, void* const* inputs, void* const* outputs,
-              int check_finite, int hold_cpu) {
+// af_run on the first free stream, with teams of `threads` (as the partition's primitives were
+// made for; where it is not the streams' own count, unpinned); what it says of a failure
+// (af_error) is said on the caller's thread
+int af_run_on(Streams* s, int threads, Partition* p, void* const* inputs, void* const* outputs,
+              int check_finite) {
   int rc = 0;
   std::string error;
-  auto job = [&] {
+  s->run([&](int hold_cpu, int own_threads) {
     if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
-    rc = af_run(p, inputs, outputs, check_finite, hold_cpu);
+    rc = af_run(p, inputs, outputs, check_finite, threads == own_threads ? hold_cpu : -1);
     if (rc == 1) error = af_error();
-  };
-  r->run(job);
+  });
   if (rc == 1) set_error(error);
   return rc;
-}
-
-// af_pin_workers for the runner's team of n
-int af_pin_workers_on(Runner* r, const int* cpus, int n) {
-  int pinned = 0;
-  auto job = [&] {
-    if (omp_get_max_threads() != n) omp_set_num_threads(n);
-    pinned = af_pin_workers(cpus, n);
-  };
-  r->run(job);
-  return pinned;
 }
 
 }  // extern "C"
