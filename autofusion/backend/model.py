@@ -16,7 +16,7 @@ from ..errors import InputError
 from ..ir import Graph, Value
 from .executor import Program, storage, tensors_of, to_numpy
 from .lower import lower
-from .native import affinity
+from .native import affinity, load
 from .native.library import SIZE_CACHE, SizesOutOfReach, Streams
 from .precision import GuardReport
 from .sizes import SizesCheck
@@ -51,7 +51,7 @@ class CompiledModel:
         # finishes a call takes the next at once), the rest here; the others take turns here
         self._turns = Turns(streams)
         self._queued = Turns(2 * streams)
-        self._streams: Streams | None = None
+        self._streams: dict[int, Streams] = {}   # per team size (load.py: fewer on a busy machine)
         self._streams_lock = threading.Lock()
         self._submitted: ThreadPoolExecutor | None = None
         self._submit_lock = threading.Lock()
@@ -219,25 +219,34 @@ class CompiledModel:
         if sizes:
             self._check_sizes(sizes)
         turn = self._queued.take()
-        context = whole.take()
+        self._use_threads()
+        own = torch.get_num_threads()
+        threads = load.threads_for(own)   # one fewer for each core other processes keep busy
+        context = whole.take(threads)
         try:
-            self._use_threads()   # before a build: oneDNN splits a primitive's work for the count then
-            built = whole.for_sizes(tuple(sizes[s] for s in whole.symbols) if whole.symbols else (), context)
-            return built.run_checked(tensors, bool(program.plan.nan_clamping),
-                                     streams=self._streams or self._start_streams(whole.library))
+            key = tuple(sizes[s] for s in whole.symbols) if whole.symbols else ()
+            if threads == own:
+                built = whole.for_sizes(key, context)
+            else:   # built for the fewer threads: oneDNN splits a primitive's work for the count current then
+                torch.set_num_threads(threads)
+                try:
+                    built = whole.for_sizes(key, context)
+                finally:
+                    torch.set_num_threads(own)
+            return built.run_checked(tensors, bool(program.plan.nan_clamping), threads=threads,
+                                     streams=self._streams.get(threads) or self._start_streams(whole.library, threads))
         finally:
-            whole.give_back(context)
+            whole.give_back(context, threads)
             self._queued.give_back(turn)
 
-    def _start_streams(self, library) -> Streams:
-        """The model's streams, started on its first call: a thread each, its team on its share of
-        the CPUs where that pays (affinity.stream_cpus)."""
+    def _start_streams(self, library, threads: int) -> Streams:
+        """The model's streams for teams of `threads`, started on the first call with that count:
+        a thread each, its team on its share of the CPUs where that pays (affinity.stream_cpus)."""
         with self._streams_lock:
-            if self._streams is None:
-                threads = torch.get_num_threads()
-                self._streams = Streams(library, self.streams, threads,
-                                        affinity.stream_cpus(self.streams, threads, os.sched_getaffinity(0)))
-            return self._streams
+            if threads not in self._streams:
+                self._streams[threads] = Streams(library, self.streams, threads,
+                                                 affinity.stream_cpus(self.streams, threads, os.sched_getaffinity(0)))
+            return self._streams[threads]
 
     def _plain_sizes(self, arrays: list[Array]) -> dict[str, int] | None:
         """Where there are inputs and every one is a dense torch tensor of its dtype and shape

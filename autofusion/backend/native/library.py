@@ -149,7 +149,9 @@ class NativePartition:
         self.shared = library.lib.af_shared()
         weakref.finalize(self, library.lib.af_shared_free, self.shared)
         self.arenas: list[int] = []   # per execution context, its arena
-        self._idle: list[int] = []    # the contexts no call holds (list.pop/append: atomic)
+        # per thread count (0: whatever the caller's is), the contexts no call holds (a context's
+        # builds are made for its count; list.pop/append: atomic)
+        self._idle: dict[int, list[int]] = {0: []}
         # per set of sizes (the most recent `cache`), its build in each context that ran it
         self.built: OrderedDict[tuple, dict[int, BuiltPartition]] = OrderedDict()
         self._building = threading.Lock()   # the cache's order, and a new context
@@ -167,15 +169,19 @@ class NativePartition:
             self.arenas.append(arena)
             return len(self.arenas) - 1
 
-    def take(self) -> int:
-        """An execution context for one call, held until give_back: a free one, else a new one."""
+    def take(self, threads: int = 0) -> int:
+        """An execution context for one call on `threads` threads (0: the caller's count), held
+        until give_back: a free one, else a new one."""
         try:
-            return self._idle.pop()
-        except IndexError:
+            return self._idle[threads].pop()
+        except (IndexError, KeyError):
             return self.new_context()
 
-    def give_back(self, context: int) -> None:
-        self._idle.append(context)
+    def give_back(self, context: int, threads: int = 0) -> None:
+        idle = self._idle.get(threads)
+        if idle is None:
+            idle = self._idle.setdefault(threads, [])
+        idle.append(context)
 
     def sizes_of(self, given: Mapping[str, int] | None, xs) -> tuple[int, ...]:
         """The values of self.symbols for a call: given, or read off the inputs."""
@@ -287,11 +293,13 @@ class BuiltPartition:
         return self.run_checked([x.contiguous() for x in xs])
 
     def run_checked(self, xs: list[torch.Tensor], check_finite: bool = False,
-                    hold_cpu: int = -1, streams: Streams | None = None) -> tuple[torch.Tensor, ...] | None:
+                    hold_cpu: int = -1, streams: Streams | None = None,
+                    threads: int = 0) -> tuple[torch.Tensor, ...] | None:
         """Run on inputs already known to be dense float32 tensors of the plan's shapes, on one
         of the streams (None: the caller's thread). check_finite: None, running nothing, where
         one holds NaN or an infinity; hold_cpu >= 0: the caller's thread is on that CPU alone
-        during the call (affinity.hold_caller; the streams hold their own)."""
+        during the call (affinity.hold_caller; the streams hold their own); threads: the team the
+        streams run it on (0: as torch has it)."""
         with self._lock:
             if not self._made:
                 self._made = [[torch.empty(s) for s in self.out_shapes] for _ in range(self._batch)]
@@ -303,7 +311,7 @@ class BuiltPartition:
             if streams is None:
                 rc = self._run(self.handle, self._in_ptrs, self._out_ptrs, check_finite, hold_cpu)
             else:
-                rc = self._run_on(streams.handle, torch.get_num_threads(), self.handle, self._in_ptrs,
+                rc = self._run_on(streams.handle, threads or torch.get_num_threads(), self.handle, self._in_ptrs,
                                   self._out_ptrs, check_finite)
             if rc == NOT_FINITE:
                 self._made.append(outs)

@@ -57,7 +57,7 @@ def test_a_models_call_pins_its_worker_and_a_user_binding_or_the_switch_prevents
             m = model()
             m(torch.ones(64, 4096))
             want = None if env else affinity.worker_cpus(2, os.sched_getaffinity(0))
-            assert m._streams.cpus == want   # the stream's team, which ran the call
+            assert m._streams[2].cpus == want   # the stream's team, which ran the call
         [_, worker] = want
         assert {worker} in worker_affinities()   # the team's thread 1, pinned by the runtime
         threads = len(os.listdir("/proc/self/task"))
@@ -106,7 +106,7 @@ def test_a_one_call_model_runs_on_its_stream_held_on_the_cpu_no_worker_has():
     x = torch.ones(512, 512)
     before = set(os.listdir("/proc/self/task"))
     m(x)
-    want = m._streams.cpus
+    want = m._streams[2].cpus
     if want is None:
         pytest.skip("the workers could not be pinned here")
     started = set(os.listdir("/proc/self/task")) - before   # the stream's thread and its team's
