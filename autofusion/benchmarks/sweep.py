@@ -440,7 +440,7 @@ def reference_kernels(model) -> dict[str, str]:
     """The nodes some step of which runs a oneDNN reference implementation ("ref:any", ...: what
     oneDNN picks where none of its fast kernels takes the problem, often hundreds of times slower),
     at every set of input sizes its native partitions were set up for: node name -> what runs it."""
-    return {n.name: k for part in model.program.native.values() for built in part.built.values()
+    return {n.name: k for part in model.program.native.values() for built in part.builds()
             for n, k in zip(part.node_list, built.kernels)
             if any(step.removeprefix("reorder ").startswith("ref") for step in k.split(" + "))}
 

@@ -149,18 +149,20 @@ class NativePartition:
         self.shared = library.lib.af_shared()
         weakref.finalize(self, library.lib.af_shared_free, self.shared)
         self.arenas: list[int] = []   # per execution context, its arena
-        # per thread count (0: whatever the caller's is), the contexts no call holds (a context's
-        # builds are made for its count; list.pop/append: atomic)
-        self._idle: dict[int, list[int]] = {0: []}
+        # per thread count, the contexts no call holds (a context's builds are made for its
+        # count; list.pop/append: atomic)
+        self._idle: dict[int, list[int]] = {}
         # per set of sizes (the most recent `cache`), its build in each context that ran it
         self.built: OrderedDict[tuple, dict[int, BuiltPartition]] = OrderedDict()
         self._building = threading.Lock()   # the cache's order, and a new context
         self.last: BuiltPartition | None = None
         self.last_sizes: dict[str, int] = {}
         self._last_key: tuple | None = None
-        self.give_back(self.new_context())
-        if not self.symbols:
-            self.for_sizes(())
+        if not self.symbols:   # built at once, for the compile's thread count
+            threads = torch.get_num_threads()
+            context = self.take(threads)
+            self.for_sizes((), context)
+            self.give_back(context, threads)
 
     def new_context(self) -> int:
         with self._building:
@@ -169,15 +171,15 @@ class NativePartition:
             self.arenas.append(arena)
             return len(self.arenas) - 1
 
-    def take(self, threads: int = 0) -> int:
-        """An execution context for one call on `threads` threads (0: the caller's count), held
-        until give_back: a free one, else a new one."""
+    def take(self, threads: int) -> int:
+        """An execution context for one call on `threads` threads, held until give_back: a free
+        one, else a new one."""
         try:
             return self._idle[threads].pop()
         except (IndexError, KeyError):
             return self.new_context()
 
-    def give_back(self, context: int, threads: int = 0) -> None:
+    def give_back(self, context: int, threads: int) -> None:
         idle = self._idle.get(threads)
         if idle is None:
             idle = self._idle.setdefault(threads, [])
@@ -221,12 +223,13 @@ class NativePartition:
         return built
 
     def __call__(self, sizes: Mapping[str, int] | None, *xs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        context = self.take()
+        threads = torch.get_num_threads()
+        context = self.take(threads)
         try:
             key = self.sizes_of(sizes, xs) if self.symbols else ()
             return self.for_sizes(key, context)(*xs)
         finally:
-            self.give_back(context)
+            self.give_back(context, threads)
 
     def builds(self) -> list["BuiltPartition"]:
         return [b for per_context in list(self.built.values()) for b in list(per_context.values())]
