@@ -46,9 +46,10 @@ class CompiledModel:
         self.report, self.guard = report, guard
         self.backend, self.threads, self.size_cache = self.plan.backend, threads, size_cache
         self.streams = streams
-        # the calls running now, at most `streams`; a native-only program's calls queue in the
-        # runtime's streams (runner.cpp), one more waiting there for each stream (so a stream that
-        # finishes a call takes the next at once), the rest here; the others take turns here
+        # at most `streams` calls at once. A program that is one native partition runs its calls
+        # on the runtime's streams (runner.cpp), which queue them: one more may wait there per
+        # stream (a stream that finishes a call takes the next at once), the rest wait here
+        # (_queued). Other programs run on the caller's thread, `streams` at a time (_turns).
         self._turns = Turns(streams)
         self._queued = Turns(2 * streams)
         self._streams: dict[int, Streams] = {}   # per team size (load.py: fewer on a busy machine)
@@ -174,7 +175,7 @@ class CompiledModel:
         if (program.plan.nan_clamping and not program.all_finite(tensors)) or \
                 (sizes and not self._fits(program, sizes)):
             program = self._exact(program)
-        slot = self._turns.take()
+        self._turns.take()
         try:
             self._use_threads()
             own_cpus = None if program.runtime is None else affinity.hold_caller(
@@ -189,7 +190,7 @@ class CompiledModel:
                 if own_cpus is not None:
                     os.sched_setaffinity(0, own_cpus)
         finally:
-            self._turns.give_back(slot)
+            self._turns.give_back()
         # an output sharing memory with a caller's input or a constant (Identity, a reshape or
         # slice view) is returned as a copy, so writing to it cannot change either
         if not program.outputs_fresh:
@@ -218,7 +219,7 @@ class CompiledModel:
             return None
         if sizes:
             self._check_sizes(sizes)
-        turn = self._queued.take()
+        self._queued.take()
         self._use_threads()
         own = torch.get_num_threads()
         threads = load.threads_for(own)   # one fewer for each core other processes keep busy
@@ -237,7 +238,7 @@ class CompiledModel:
                                      streams=self._streams.get(threads) or self._start_streams(whole.library, threads))
         finally:
             whole.give_back(context, threads)
-            self._queued.give_back(turn)
+            self._queued.give_back()
 
     def _start_streams(self, library, threads: int) -> Streams:
         """The model's streams for teams of `threads`, started on the first call with that count:

@@ -180,10 +180,7 @@ class NativePartition:
             return self.new_context()
 
     def give_back(self, context: int, threads: int) -> None:
-        idle = self._idle.get(threads)
-        if idle is None:
-            idle = self._idle.setdefault(threads, [])
-        idle.append(context)
+        self._idle.setdefault(threads, []).append(context)
 
     def sizes_of(self, given: Mapping[str, int] | None, xs) -> tuple[int, ...]:
         """The values of self.symbols for a call: given, or read off the inputs."""
@@ -198,7 +195,7 @@ class NativePartition:
                 raise RuntimeError(f"{_partition(self.node_list)}: no input gives the size {s!r}")
         return tuple(out)
 
-    def for_sizes(self, key: tuple[int, ...], context: int = 0) -> "BuiltPartition":
+    def for_sizes(self, key: tuple[int, ...], context: int) -> "BuiltPartition":
         """The partition built for these values of self.symbols, in this execution context (which
         the caller holds): made on first use (no compiler runs), the most recent `cache` sets of
         sizes kept."""
