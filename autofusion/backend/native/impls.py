@@ -827,6 +827,25 @@ def emit_onnx_layer_norm(node: Node, p: PartitionSource) -> None:
            p.ref(node.input(2)), -1, _norm_axis(node), p.float(node.attr("epsilon", 1e-5)))
 
 
+def check_instance_norm(node: Node) -> str | None:
+    return first(dense(node), constant(node, 1, "scale"), constant(node, 2, "bias"),
+                 None if node.inputs[0].rank in (3, 4, 5) else "3-D to 5-D inputs only")
+
+
+@native("InstanceNormalization", check=check_instance_norm, plain=(0,), tensors=(0,))
+def emit_instance_norm(node: Node, p: PartitionSource) -> None:
+    """Each (image, channel)'s values normalized as one row (the layer norm's row loop over the
+    axes after the channel, into a dense temporary), then the per-channel scale and bias as a
+    batch norm whose statistics change nothing (mean 0, variance 1, epsilon 0)."""
+    x, scale, bias = node.inputs
+    channels = x.shape[1]
+    normed = p.temp(list(x.shape), plain=True)
+    p.call("layer_norm", normed, p.ref(x), -1, -1, -1, 2, p.float(node.attr("epsilon", 1e-5)))
+    p.call("batch_norm", p.out(node), normed, p.ref(scale), p.ref(bias),
+           p.const(np.zeros(channels, np.float32), f"{node.name}_mean"),
+           p.const(np.ones(channels, np.float32), f"{node.name}_variance"), p.float(0.0), p.acts([]))
+
+
 def check_norm_matmul(node: Node) -> str | None:
     return first(dense(node), None if node.attr("norm") == "LayerNorm" else
                  f"{node.attr('norm')}: oneDNN 3.2 has no RMS normalization",
