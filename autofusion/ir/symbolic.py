@@ -265,6 +265,23 @@ def _dominates(a, b, op: str) -> bool:
     return nonnegative(diff)
 
 
+def where_nonempty(d):
+    """d where it is at least 1: max(0, e, ...) is max(e, ...) there. A native partition is set up
+    only for sizes that make every dim at least 1 (program.py too_small), so its steps may compare
+    dims this way: a Slice's `max(0, t - 1)` is its neighbour's `t - 1`."""
+    if isinstance(d, SizeExpr) and len(d.terms) == 1 and d.terms[0][1] == 1 and len(d.terms[0][0]) == 1:
+        atom = d.terms[0][0][0]
+        if not isinstance(atom, str) and atom[0] == "max" and 0 in atom[1:]:
+            return maximum(*(a for a in atom[1:] if a != 0))
+    return d
+
+
+def same_where_nonempty(a: tuple | None, b: tuple | None) -> bool:
+    """Whether two shapes are one wherever every dim is at least 1 (where_nonempty)."""
+    return a is not None and b is not None and len(a) == len(b) and \
+        all(x == y or (x is not None and where_nonempty(x) == where_nonempty(y)) for x, y in zip(a, b))
+
+
 def nonnegative(d) -> bool:
     """Whether d ≥ 0 for every value of its symbols (each a size of at least 1) — as far as a
     lower bound shows."""

@@ -23,7 +23,7 @@ from ...ir.fused_ops import mask_dead_rows, mask_fits
 from ...ir.geometry import explicit_pads, split_total
 from ...ir.region_space import LayoutError, reduced_axes
 from ...ir.shapes.tensor import pad_counts
-from ...ir.symbolic import add, is_size, maximum, mul, product, sub
+from ...ir.symbolic import add, is_size, maximum, mul, product, same_where_nonempty, sub
 from ..impl import Impl, implementations, register
 from .emit import PartitionSource, dims
 
@@ -796,7 +796,7 @@ def _norm_axis(node: Node) -> int:
 def check_layer_norm(node: Node) -> str | None:
     x, r = node.inputs[0], node.input(3)
     return first(dense(node), constant(node, 1, "scale"), constant(node, 2, "bias"),
-                 None if r is None or r.shape == x.shape else "the residual broadcasts")
+                 None if r is None or same_where_nonempty(r.shape, x.shape) else "the residual broadcasts")
 
 
 @native(fused("LayerNorm"), check=check_layer_norm, plain=(0, 3))

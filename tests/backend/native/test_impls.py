@@ -814,6 +814,36 @@ def test_onnx_layer_normalization():
         x, const(op, 16), const(op, 16), axis=-1, epsilon=1e-5), (2, 5, 16))]))
 
 
+def test_a_residual_of_the_same_size_where_sizes_are_nonempty_is_not_a_broadcast():
+    """wav2vec2's positional convolution: one side sliced to `max(0, t - 1)` frames, the other
+    `t - 1`; equal wherever the partition runs (every dim at least 1), so the LayerNorm that adds
+    them stays native (it was refused: "the residual broadcasts")."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(0)
+    ints = {"zero": [0], "minus1": [-1], "two": [2]}
+    inits = [numpy_helper.from_array((rng.standard_normal((8, 1, k)) * 0.05).astype(np.float32), f"w{k}")
+             for k in (320, 640)] + [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in ints.items()] + \
+            [numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), n) for n in ("g", "b")]
+    nodes = [helper.make_node("Conv", ["x", "w320"], ["c1"], strides=[320]),
+             helper.make_node("Slice", ["c1", "zero", "minus1", "two"], ["s1"]),   # max(0, s // 320 - 1)
+             helper.make_node("Conv", ["x", "w640"], ["c2"], strides=[320]),           # s // 320 - 1
+             helper.make_node("Transpose", ["s1"], ["t1"], perm=[0, 2, 1]),
+             helper.make_node("Transpose", ["c2"], ["t2"], perm=[0, 2, 1]),
+             helper.make_node("Add", ["t1", "t2"], ["a"]),
+             helper.make_node("LayerNormalization", ["a", "g", "b"], ["y"], axis=-1)]
+    m = helper.make_model(helper.make_graph(nodes, "positional", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, "s"])],
+                                            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits),
+                          opset_imports=[helper.make_opsetid("", 17)])
+    model = autofusion.compile(m, backend="native")
+    assert [p.target for p in model.plan.partitions] == ["native"]
+    assert any(n.op_type == "LayerNorm" and n.input(3) is not None for n in model.graph.nodes)
+    session = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    for samples in (3200, 6500):
+        x = rng.standard_normal((1, 1, samples)).astype(np.float32)
+        np.testing.assert_allclose(model(x), session.run(None, {"x": x})[0], rtol=1e-5, atol=1e-5)
+
+
 def test_a_step_oneDNN_cannot_create_is_an_error_naming_the_node():
     g = graph({"x": (1, 4, 6, 6)}, lambda op, x: [(op.Conv(x, const(op, 4, 4, 3, 3)), (1, 4, 5, 5))])
     with pytest.raises(autofusion.KernelBuildError, match=r"^node 'Conv' \(Conv\): could not create"):
