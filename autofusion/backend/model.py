@@ -226,14 +226,17 @@ class CompiledModel:
         context = whole.take(threads)
         try:
             key = tuple(sizes[s] for s in whole.symbols) if whole.symbols else ()
-            if threads == own:
-                built = whole.for_sizes(key, context)
-            else:   # built for the fewer threads: oneDNN splits a primitive's work for the count current then
-                torch.set_num_threads(threads)
-                try:
+            try:
+                if threads == own:
                     built = whole.for_sizes(key, context)
-                finally:
-                    torch.set_num_threads(own)
+                else:   # built for the fewer threads: oneDNN splits a primitive's work for the count current then
+                    torch.set_num_threads(threads)
+                    try:
+                        built = whole.for_sizes(key, context)
+                    finally:
+                        torch.set_num_threads(own)
+            except SizesOutOfReach:
+                return None   # the general path runs it on PyTorch's kernels
             return built.run_checked(tensors, bool(program.plan.nan_clamping), threads=threads,
                                      streams=self._streams.get(threads) or self._start_streams(whole.library, threads))
         finally:

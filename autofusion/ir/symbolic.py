@@ -267,7 +267,7 @@ def _dominates(a, b, op: str) -> bool:
 
 def where_nonempty(d):
     """d where it is at least 1: max(0, e, ...) is max(e, ...) there. A native partition is set up
-    only for sizes that make every dim at least 1 (program.py too_small), so its steps may compare
+    only for sizes that make every dim at least 1 (program.py out_of_reach), so its steps may compare
     dims this way: a Slice's `max(0, t - 1)` is its neighbour's `t - 1`."""
     if isinstance(d, SizeExpr) and len(d.terms) == 1 and d.terms[0][1] == 1 and len(d.terms[0][0]) == 1:
         atom = d.terms[0][0][0]

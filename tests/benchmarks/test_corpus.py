@@ -15,7 +15,6 @@ from autofusion.benchmarks.corpus import ci_entries
 ENTRIES = {e.name: e for e in ci_entries()}
 # what still runs on PyTorch at level 2 (the corpus benchmark's table says why): op -> nodes
 EXPECTED_ON_TORCH = {
-    "db_text_detector": {"Add": 3},   # an FPN sum whose two sides' sizes are equal only at run time
     # the anchor strides, expanded to the feature maps' sizes read inside the network
     "yolo_detector": {"Expand": 6, "Concat": 1, "Mul": 1},
 }

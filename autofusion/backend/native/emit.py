@@ -86,6 +86,11 @@ class PartitionSource:
         vp = self.part.values.get(v) if v is not None else None
         return vp.order if vp is not None else None
 
+    def assume_equal(self, a, b) -> None:
+        """Two symbolic dims the step takes to be one size: a set of sizes where they differ is not
+        built, and the call runs on PyTorch's kernels (program.py out_of_reach)."""
+        self.program.equal_dims.append((a, b))
+
     def out(self, node: Node, j: int = 0) -> int:
         """The id of output j; one nobody reads gets a temporary of this step to be written to."""
         v = node.outputs[j]

@@ -23,7 +23,7 @@ from ...ir.fused_ops import mask_dead_rows, mask_fits
 from ...ir.geometry import explicit_pads, split_total
 from ...ir.region_space import LayoutError, reduced_axes
 from ...ir.shapes.tensor import pad_counts
-from ...ir.symbolic import add, is_size, maximum, mul, product, same_where_nonempty, sub
+from ...ir.symbolic import add, is_size, is_symbolic, maximum, mul, product, same_where_nonempty, sub
 from ..impl import Impl, implementations, register
 from .emit import PartitionSource, dims
 
@@ -488,14 +488,30 @@ COMMUTATIVE = {"Add", "Mul", "Max", "Min"}
 
 
 def _binary_operands(node: Node) -> tuple[Value, Value] | None:
-    """(full, other): the operand of the output's shape first (oneDNN broadcasts the second)."""
+    """(full, other): the operand of the output's shape first (oneDNN broadcasts the second); or,
+    where the two differ only in symbolic dims that agree at run time (_equal_at_run_time), the
+    first."""
     a, b = node.inputs
     out = node.outputs[0].shape
     if a.shape == out:
         return a, b
     if b.shape == out and node.op_type in COMMUTATIVE:
         return b, a
-    return None
+    return (a, b) if _equal_at_run_time(a, b) else None
+
+
+def _equal_at_run_time(a: Value, b: Value) -> list[tuple]:
+    """The pairs of dims in which a and b differ, where every other dim is the same and each of
+    those is symbolic on both sides (an FPN's `(h + 15) // 16` and `2 * ((h + 31) // 32)`): equal
+    for every input the model takes (ONNX Runtime refuses the others) but where one is 1 (a
+    broadcast), which the partition leaves to PyTorch (emit_binary: assume_equal). Empty where
+    there is none such."""
+    if a.shape is None or b.shape is None or len(a.shape) != len(b.shape):
+        return []
+    pairs = [(x, y) for x, y in zip(a.shape, b.shape) if x != y]
+    if not pairs or any(not (is_symbolic(x) and is_symbolic(y)) for x, y in pairs):
+        return []
+    return pairs
 
 
 def check_binary(node: Node) -> str | None:
@@ -516,6 +532,9 @@ def check_binary(node: Node) -> str | None:
 def emit_binary(node: Node, p: PartitionSource) -> None:
     """oneDNN binary, the second operand broadcast, in place where the plan allows."""
     full, other = _binary_operands(node)
+    if full.shape != node.outputs[0].shape:   # sizes that agree at run time
+        for x, y in _equal_at_run_time(full, other):
+            p.assume_equal(x, y)
     rank = full.rank
     b = p.ref(other) if other.const is None else \
         p.const(other.const.reshape((1,) * (rank - other.const.ndim) + other.const.shape), other.name)

@@ -110,8 +110,9 @@ class KernelTable:
 
 
 class SizesOutOfReach(Exception):
-    """A call's sizes a native partition cannot be set up for (a dim below 1: an empty tensor):
-    the model runs that call on PyTorch's kernels (model.py)."""
+    """A call's sizes a native partition cannot be set up for (a dim below 1: an empty tensor;
+    operands it takes as equal in size that are not): the model runs that call on PyTorch's
+    kernels (model.py)."""
 
 
 SIZE_CACHE = 8   # sets of sizes a native partition keeps built, by default (controls.py)
@@ -202,8 +203,9 @@ class NativePartition:
         with self._building:
             builds = self.built.get(key)
             if builds is None:
-                if self.encoded.too_small(key):
-                    raise SizesOutOfReach(f"sizes {dict(zip(self.symbols, key))} make an empty tensor")
+                why = self.encoded.out_of_reach(key)
+                if why:
+                    raise SizesOutOfReach(f"sizes {dict(zip(self.symbols, key))} {why}")
                 builds = self.built[key] = {}
                 if len(self.built) > self.cache:
                     self.built.popitem(last=False)

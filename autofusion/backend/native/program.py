@@ -97,6 +97,9 @@ class Program:
     inputs: list[Value] = field(default_factory=list)
     outputs: list[Value] = field(default_factory=list)
     steps: int = 0                              # node() calls: one per node of the partition
+    # pairs of symbolic dims a step takes to be equal (two operands of an Add whose sizes agree
+    # only at run time): sizes where one pair differs are not built (Encoded.out_of_reach)
+    equal_dims: list[tuple] = field(default_factory=list)
 
     def text(self) -> str:
         return "\n".join([f"// {self.head}", *(c.text() for c in self.calls)])
@@ -164,24 +167,32 @@ class Encoded:
         self.words = np.array(words, dtype=np.int64)
         self.symbols = program.symbols
         self.positions = np.array([p for p, _ in symbolic], dtype=np.int64)
+        # the equal pairs' dims computed after the words' (positions cover only the words')
+        self.equal = [(len(symbolic) + 2 * k, len(symbolic) + 2 * k + 1) for k in range(len(program.equal_dims))]
+        dims_computed = [d for _, d in symbolic] + [d for pair in program.equal_dims for d in pair]
         self.sizes: Callable[[tuple], tuple] | None = \
-            compile_sizes([d for _, d in symbolic], self.symbols) if symbolic else None
+            compile_sizes(dims_computed, self.symbols) if dims_computed else None
         self.shapes = shapes
 
-    def too_small(self, sizes: tuple[int, ...]) -> bool:
-        """Whether these sizes make some value's dim below 1 (an empty tensor, or a size the model
-        cannot have): the partition is not built for them."""
+    def out_of_reach(self, sizes: tuple[int, ...]) -> str | None:
+        """Why the partition is not built for these sizes, or None: a value's dim below 1 (an
+        empty tensor, or a size the model cannot have), or two dims a step takes to be equal
+        that are not (a broadcast only PyTorch's kernels run)."""
         if self.sizes is None:
-            return False
+            return None
         values = self.sizes(sizes)
-        return any(values[k] < 1 for k in self.shapes)
+        if any(values[k] < 1 for k in self.shapes):
+            return "make an empty tensor"
+        if any(values[i] != values[j] for i, j in self.equal):
+            return "make operands the native steps take as equal in size differ (a broadcast)"
+        return None
 
     def words_for(self, sizes: tuple[int, ...] = ()) -> np.ndarray:
         """The words with every symbolic dim evaluated for these sizes of self.symbols."""
         if self.sizes is None:
             return self.words
         words = self.words.copy()
-        words[self.positions] = self.sizes(sizes)
+        words[self.positions] = self.sizes(sizes)[:len(self.positions)]
         return words
 
 

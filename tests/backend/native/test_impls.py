@@ -844,6 +844,38 @@ def test_a_residual_of_the_same_size_where_sizes_are_nonempty_is_not_a_broadcast
         np.testing.assert_allclose(model(x), session.run(None, {"x": x})[0], rtol=1e-5, atol=1e-5)
 
 
+def fpn_sum_model():
+    """An FPN's sum: a stride-2 map, (h + 1) // 2, and a stride-4 one upsampled, 2 * ((h + 3) // 4):
+    one size for every input the model takes; a 1 against a 2 (h of 1 or 2) is a broadcast."""
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array((rng.standard_normal((4, 3, 3, 3)) * 0.2).astype(np.float32), n) for n in ("w2", "w4")] + \
+            [numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")]
+    nodes = [helper.make_node("Conv", ["x", "w2"], ["c2"], strides=[2, 2], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["x", "w4"], ["c4"], strides=[4, 4], pads=[1, 1, 1, 1]),
+             helper.make_node("Resize", ["c4", "", "scales"], ["up"], mode="nearest"),
+             helper.make_node("Add", ["c2", "up"], ["y"])]
+    g = helper.make_graph(nodes, "fpn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, "h", "w"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_sum_whose_sides_agree_at_run_time_runs_natively_and_a_broadcast_on_pytorch():
+    import onnxruntime as ort
+    m = fpn_sum_model()
+    model = autofusion.compile(m, backend="native")
+    assert [p.target for p in model.plan.partitions] == ["native"]
+    (part,) = model.program.native.values()
+    session = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(1)
+    for side, native in ((8, True), (16, True), (2, False)):   # 1 against 2 at a side of 2: a broadcast
+        x = rng.standard_normal((1, 3, side, side)).astype(np.float32)
+        np.testing.assert_allclose(model(x), session.run(None, {"x": x})[0], rtol=1e-5, atol=1e-5)
+        assert ((side, side) in part.built) == native
+    with pytest.raises(autofusion.InputError, match="do not broadcast"):   # 3 against 4: no model takes it
+        model(rng.standard_normal((1, 3, 6, 6)).astype(np.float32))
+
+
 def test_a_step_oneDNN_cannot_create_is_an_error_naming_the_node():
     g = graph({"x": (1, 4, 6, 6)}, lambda op, x: [(op.Conv(x, const(op, 4, 4, 3, 3)), (1, 4, 5, 5))])
     with pytest.raises(autofusion.KernelBuildError, match=r"^node 'Conv' \(Conv\): could not create"):
