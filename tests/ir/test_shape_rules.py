@@ -531,6 +531,17 @@ def test_range_of_constants_and_of_a_sequence_length():
     assert shapes["pos"] == ("s",)
 
 
+def test_a_float_range_over_a_size_cast_to_float():
+    """torch.arange(w) of a float grid (a detector's anchors): Range(0., Cast(w), 1.)."""
+    nodes = [node("Shape", ["x"], ["sx"]), node("Gather", ["sx", "three"], ["w"], axis=0),
+             node("Cast", ["w"], ["wf"], to=TensorProto.FLOAT), node("Range", ["zero", "wf", "one"], ["grid"])]
+    scalars = {"three": np.array(3, np.int64), "zero": np.array(0.0, np.float32), "one": np.array(1.0, np.float32)}
+    shapes = check(nodes, {"x": ("b", 3, "h", "w")}, scalars, 13)
+    assert shapes["grid"] == ("w",)
+    halves = {"three": np.array(3, np.int64), "zero": np.array(0.5, np.float32), "one": np.array(1.0, np.float32)}
+    assert check(nodes, {"x": ("b", 3, "h", "w")}, halves, 13)["grid"] == (None,)   # not a whole number: unknown
+
+
 def test_constant_of_shape_from_a_constant_and_from_a_shape():
     value = helper.make_tensor("v", TensorProto.INT64, [1], [7])
     check([node("ConstantOfShape", ["s"], ["y"], value=value)], {}, {"s": i64(2, 3)}, 13,

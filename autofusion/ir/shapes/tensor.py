@@ -328,10 +328,19 @@ def _constant_of_shape(node: Node):
 register(OpDef("ConstantOfShape", O, _constant_of_shape))
 
 
+def _range_bound(v) -> list | None:
+    """A bound of Range as a dim: through shape_value (arange(seq_len) has seq_len's symbol, a Cast
+    to float included), or a float constant that holds a whole number (a float arange's 0. and 1.)."""
+    if v is not None and v.const is not None and v.const.dtype.kind == "f" and v.const.size == 1:
+        x = float(v.const.reshape(-1)[0])
+        return [int(x)] if x.is_integer() else None
+    return shape_value(v)
+
+
 def _range(node: Node):
     """One dim, max(ceil((limit - start) / delta), 0), where the bounds are integers we can read
-    (through shape_value: arange(seq_len) has seq_len's symbol)."""
-    start, limit, delta = (shape_value(v) for v in node.inputs[:3])
+    (_range_bound)."""
+    start, limit, delta = (_range_bound(v) for v in node.inputs[:3])
     dtype = node.inputs[0].dtype
     if any(b is None or len(b) != 1 for b in (start, limit, delta)):
         return [((None,), dtype)]
