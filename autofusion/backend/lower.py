@@ -32,6 +32,7 @@ from ..ir.region_space import VIEWS
 from ..ir.scalar import ROW_OPS
 from ..ir.sequences import touches_sequences
 from ..ir.symbolic import is_size, symbols
+from ..passes.cleanup import computable_ahead
 from .impl import Impl, implementations
 
 BACKENDS = ("auto", "native", "torch")
@@ -162,6 +163,11 @@ def lower(graph: Graph, backend: str = "auto", native_unavailable: str | None = 
         for n, d in decisions.items():
             if d.impl.reduced and n.name not in keep_fp32:
                 d.precision = "bf16"
+    for n in sizes_derived(graph):   # once per set of sizes on PyTorch (executor.SizesMemo), not each call
+        if decisions[n].impl.target == "native":
+            d = decisions[n] = choose(n, ("torch",))
+            d.refused.insert(0, ("onednn", "it depends on the inputs' sizes alone: computed once per set of "
+                                           "sizes, ahead of the run"))
     given = {d for v in graph.inputs for d in v.shape or () if isinstance(d, str)}
     while True:   # each round leaves a node whose sizes no one gives to PyTorch; rarely a second
         needed = needed_at_run_time(graph, decisions)   # a node moved to PyTorch reads all its inputs
@@ -180,6 +186,31 @@ def lower(graph: Graph, backend: str = "auto", native_unavailable: str | None = 
             plan_values(part, decisions, graph, needed)
     return Plan(backend, native_unavailable, decisions, partitions, precision,
                 unused=[n for n in graph.nodes if n not in needed])
+
+
+def sizes_derived(graph: Graph) -> list[Node]:
+    """The nodes whose results depend on the graph inputs' sizes alone (an anchor grid, a causal
+    mask, a dynamic export's shape arithmetic): a Shape or Size of an input or of such a result,
+    and each node computable ahead that reads only those results and constants. None where a
+    call's sizes do not fix every input's shape."""
+    if any(v.shape is None or v.sequence is not None or not all(isinstance(d, (int, str)) for d in v.shape)
+           for v in graph.inputs):
+        return []
+    made = set(map(id, graph.inputs))
+    found = []
+    for n in graph.nodes:
+        if not computable_ahead(n):
+            continue
+        if n.op_type in ("Shape", "Size"):
+            ok = id(n.inputs[0]) in made
+        else:
+            ins = [v for v in n.inputs if v is not None]
+            ok = any(id(v) in made and v.producer is not None for v in ins) and \
+                all((id(v) in made and v.producer is not None) or v.const is not None for v in ins)
+        if ok:
+            found.append(n)
+            made |= {id(v) for v in n.outputs}
+    return found
 
 
 def unbound_sizes(part: Partition, given: set[str]) -> dict[Node, str]:
