@@ -26,9 +26,8 @@ import torch
 from ..errors import KernelBuildError, NodeExecutionError, UnsupportedOpError
 from ..ir import Graph, Node
 from ..ir.dtypes import tensor_to_numpy
-from ..passes.cleanup import computable_ahead
 from .impl import torch_impl
-from .lower import Plan
+from .lower import Plan, sizes_derived
 from .torch_cpu import KERNELS, to_torch
 
 
@@ -341,33 +340,11 @@ class Program:
 
 
 def sizes_only(graph: Graph, plan: Plan) -> set[int]:
-    """The ids of the PyTorch-run nodes whose results depend on the graph inputs' sizes alone:
-    a Shape (or Size) of a graph input or of such a result (a Shape of an intermediate the
-    cleanup could compute from the inputs reads their Shapes already: passes.cleanup
-    shapes_from_inputs), and any node computable ahead (passes.cleanup) that reads only those
-    results and constants. Their steps run first, before the steps they do not read."""
-    if any(v.shape is None or v.sequence is not None or not all(isinstance(d, (int, str)) for d in v.shape)
-           for v in graph.inputs):
-        return set()   # a call's sizes do not fix every input's shape
-    inputs = set(map(id, graph.inputs))
-    made: set[int] = set()
-    found: set[int] = set()
-    for part in plan.partitions:
-        if part.target == "native":
-            continue
-        n = part.nodes[0]
-        if not computable_ahead(n):
-            continue
-        if n.op_type in ("Shape", "Size"):   # read ahead of the other steps: of an input
-            x = n.inputs[0]
-            ok = id(x) in made or id(x) in inputs
-        else:
-            ins = [v for v in n.inputs if v is not None]
-            ok = any(id(v) in made for v in ins) and all(id(v) in made or v.const is not None for v in ins)
-        if ok:
-            found.add(id(n))
-            made |= {id(v) for v in n.outputs}
-    return found
+    """The ids of the PyTorch-run nodes whose results depend on the graph inputs' sizes alone
+    (lower.sizes_derived: lowering leaves every such node to PyTorch; a Shape of an intermediate
+    the cleanup could compute from the inputs reads their Shapes already: passes.cleanup
+    shapes_from_inputs). Their steps run first, before the steps they do not read."""
+    return {id(n) for n in sizes_derived(graph) if plan.decisions[n].impl.target == "torch"}
 
 
 def _number(name: str) -> int:

@@ -196,17 +196,17 @@ def sizes_derived(graph: Graph) -> list[Node]:
     if any(v.shape is None or v.sequence is not None or not all(isinstance(d, (int, str)) for d in v.shape)
            for v in graph.inputs):
         return []
-    made = set(map(id, graph.inputs))
+    inputs = set(map(id, graph.inputs))
+    made: set[int] = set()   # the outputs of the nodes found
     found = []
     for n in graph.nodes:
         if not computable_ahead(n):
             continue
         if n.op_type in ("Shape", "Size"):
-            ok = id(n.inputs[0]) in made
+            ok = id(n.inputs[0]) in inputs or id(n.inputs[0]) in made
         else:
             ins = [v for v in n.inputs if v is not None]
-            ok = any(id(v) in made and v.producer is not None for v in ins) and \
-                all((id(v) in made and v.producer is not None) or v.const is not None for v in ins)
+            ok = any(id(v) in made for v in ins) and all(id(v) in made or v.const is not None for v in ins)
         if ok:
             found.append(n)
             made |= {id(v) for v in n.outputs}

@@ -221,20 +221,12 @@ class CompiledModel:
             self._check_sizes(sizes)
         self._queued.take()
         self._use_threads()
-        own = torch.get_num_threads()
-        threads = load.threads_for(own)   # one fewer for each core other processes keep busy
+        threads = load.threads_for(torch.get_num_threads())   # one fewer for each core others keep busy
         context = whole.take(threads)
         try:
             key = tuple(sizes[s] for s in whole.symbols) if whole.symbols else ()
             try:
-                if threads == own:
-                    built = whole.for_sizes(key, context)
-                else:   # built for the fewer threads: oneDNN splits a primitive's work for the count current then
-                    torch.set_num_threads(threads)
-                    try:
-                        built = whole.for_sizes(key, context)
-                    finally:
-                        torch.set_num_threads(own)
+                built = _built_for(whole, key, context, threads)
             except SizesOutOfReach:
                 return None   # the general path runs it on PyTorch's kernels
             return built.run_checked(tensors, bool(program.plan.nan_clamping), threads=threads,
@@ -266,6 +258,19 @@ class CompiledModel:
                 if want != got and (type(want) is not str or sizes.setdefault(want, got) != got):
                     return None
         return sizes
+
+
+def _built_for(part, key: tuple, context: int, threads: int):
+    """The partition built for these sizes in this context, its primitives made for `threads`:
+    oneDNN splits a primitive's work for the count current when it makes it."""
+    own = torch.get_num_threads()
+    if threads == own:
+        return part.for_sizes(key, context)
+    torch.set_num_threads(threads)
+    try:
+        return part.for_sizes(key, context)
+    finally:
+        torch.set_num_threads(own)
 
 
 def check_input(v: Value, a: Array) -> torch.Tensor | list[torch.Tensor]:

@@ -295,13 +295,11 @@ class BuiltPartition:
         return self.run_checked([x.contiguous() for x in xs])
 
     def run_checked(self, xs: list[torch.Tensor], check_finite: bool = False,
-                    hold_cpu: int = -1, streams: Streams | None = None,
-                    threads: int = 0) -> tuple[torch.Tensor, ...] | None:
+                    streams: Streams | None = None, threads: int = 0) -> tuple[torch.Tensor, ...] | None:
         """Run on inputs already known to be dense float32 tensors of the plan's shapes, on one
-        of the streams (None: the caller's thread). check_finite: None, running nothing, where
-        one holds NaN or an infinity; hold_cpu >= 0: the caller's thread is on that CPU alone
-        during the call (affinity.hold_caller; the streams hold their own); threads: the team the
-        streams run it on (0: as torch has it)."""
+        of the streams (None: the caller's thread, which model.py holds on its CPU itself).
+        check_finite: None, running nothing, where one holds NaN or an infinity; threads: the
+        team the streams run it on (0: as torch has it; the streams hold their own CPUs)."""
         with self._lock:
             if not self._made:
                 self._made = [[torch.empty(s) for s in self.out_shapes] for _ in range(self._batch)]
@@ -311,7 +309,7 @@ class BuiltPartition:
             for k, o in enumerate(outs):
                 self._out_ptrs[k] = o.data_ptr()
             if streams is None:
-                rc = self._run(self.handle, self._in_ptrs, self._out_ptrs, check_finite, hold_cpu)
+                rc = self._run(self.handle, self._in_ptrs, self._out_ptrs, check_finite, -1)
             else:
                 rc = self._run_on(streams.handle, threads or torch.get_num_threads(), self.handle, self._in_ptrs,
                                   self._out_ptrs, check_finite)

@@ -26,11 +26,10 @@ class Streams {
   // n threads, each with a team of `threads`; cpus (n·threads of them, or null): stream k's team
   // pinned to cpus[k·threads ...], its own thread held on the first of them during each call
   Streams(int n, int threads, const int* cpus) : pending_(0), threads_per_stream_(threads) {
-    for (int k = 0; k < n; ++k) {
-      hold_.push_back(cpus && threads > 0 ? cpus[k * threads] : -1);
-      own_cpus_.emplace_back(cpus ? cpus + k * threads : cpus, cpus ? cpus + (k + 1) * threads : cpus);
-    }
-    for (int k = 0; k < n; ++k) threads_.emplace_back([this, k, threads] { loop(k, threads); });
+    for (int k = 0; k < n; ++k)
+      own_cpus_.push_back(cpus ? std::vector<int>(cpus + k * threads, cpus + (k + 1) * threads)
+                               : std::vector<int>{});
+    for (int k = 0; k < n; ++k) threads_.emplace_back([this, k] { loop(k); });
   }
   ~Streams() {
     {
@@ -65,9 +64,11 @@ class Streams {
   // loop) before it sleeps: waking a sleeping thread costs tens of microseconds
   static constexpr auto AWAKE = std::chrono::microseconds(100);
 
-  void loop(int k, int threads) {
+  void loop(int k) {
+    const int threads = threads_per_stream_;
+    const int hold = own_cpus_[k].empty() ? -1 : own_cpus_[k][0];
     if (threads > 0) omp_set_num_threads(threads);
-    if (threads > 1 && !own_cpus_[k].empty()) af_pin_workers(own_cpus_[k].data(), threads);
+    if (threads > 1 && hold >= 0) af_pin_workers(own_cpus_[k].data(), threads);
     for (;;) {
       const auto until = std::chrono::steady_clock::now() + AWAKE;
       while (pending_.load(std::memory_order_acquire) == 0 && std::chrono::steady_clock::now() < until) {
@@ -79,7 +80,7 @@ class Streams {
       queue_.pop_front();
       pending_.fetch_sub(1, std::memory_order_relaxed);
       held.unlock();
-      (*next->job)(hold_[k], threads_per_stream_);
+      (*next->job)(hold, threads);
       held.lock();
       next->done = true;
       next->finished.notify_one();
@@ -92,8 +93,7 @@ class Streams {
   std::atomic<int> pending_;
   const int threads_per_stream_;
   bool stop_ = false;
-  std::vector<int> hold_;
-  std::vector<std::vector<int>> own_cpus_;
+  std::vector<std::vector<int>> own_cpus_;   // per stream, its team's CPUs (none: not pinned)
   std::vector<std::thread> threads_;   // last: they start once the rest is made
 };
 
