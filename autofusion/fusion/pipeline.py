@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from ..ir import Graph
+from ..ir import Graph, Node
 from ..ir.control_flow import bodies
-from ..passes import (Evaluator, batch_norms_as_affine, close_over_constants, eliminate_common_subexpressions, eliminate_dead_code,
+from ..passes import (Evaluator, batch_norms_as_affine, close_over_constants, dequantize_per_reader, eliminate_common_subexpressions, eliminate_dead_code,
                       fold_constants, fold_static_shapes, inline_constant_ifs, read_shapes_upstream,
                       refine_shapes, resolve_cast_like, shapes_from_inputs, widen_float16)
 from .cost import seconds
@@ -33,12 +33,19 @@ def rule_names() -> list[str]:
     return [r.name for r in RULES] + [AUTO_FUSION]
 
 
-def cleanup(graph: Graph, evaluate: Evaluator | None, counts: dict[str, int]) -> None:
+def is_dequantized_weight(node: Node) -> bool:
+    """A DequantizeLinear of constants: an int8 weight the quantized rules take as it is."""
+    return node.op == "DequantizeLinear"
+
+
+def cleanup(graph: Graph, evaluate: Evaluator | None, counts: dict[str, int], before_rules: bool = False) -> None:
+    """The clean-up passes to a fixed point; `before_rules`: an int8 weight stays int8."""
+    keep = is_dequantized_weight if before_rules else None
     for _ in range(8):   # each pass can expose work for another; a guard bounds the loop
         changed = 0
         for name, run in (("CastLike resolved", resolve_cast_like),
                           ("static shapes folded", fold_static_shapes),
-                          ("constants folded", (lambda g: fold_constants(g, evaluate)) if evaluate else None),
+                          ("constants folded", (lambda g: fold_constants(g, evaluate, keep)) if evaluate else None),
                           ("shapes refined", refine_shapes),
                           ("If with a constant condition inlined", inline_constant_ifs),
                           ("Shape reads moved upstream", read_shapes_upstream),
@@ -55,6 +62,7 @@ def cleanup(graph: Graph, evaluate: Evaluator | None, counts: dict[str, int]) ->
 
 
 CLOSED = "captured inputs moved into bodies or dropped"   # the report's name of that pass
+DEQUANTIZED = "DequantizeLinear copied for each reader"
 
 
 def optimize(graph: Graph, level: int, disable: Iterable[str] = (),
@@ -74,7 +82,8 @@ def optimize(graph: Graph, level: int, disable: Iterable[str] = (),
     if level >= 1:
         if not body and not any(bodies(n) for n in graph.nodes):   # a body's types are its node's:
             passes["fp16 values computed in fp32"] = widen_float16(graph)   # not widened apart
-        cleanup(graph, evaluate, passes)
+        cleanup(graph, evaluate, passes, before_rules=True)
+        passes[DEQUANTIZED] = dequantize_per_reader(graph)
         result = apply_rules(graph, rules)
         cleanup(graph, evaluate, passes)
         passes[CLOSED] = close_over_constants(graph)   # before the bodies' own clean-up

@@ -36,6 +36,8 @@ class Rule:
     # a structural match the rule is not meant for, and so no near-miss (a Cast that changes
     # the type is not a no-op that failed a check)
     applies: Callable[[Match], bool] | None = None
+    # the pattern node whose name the replacement takes (default: the first matched, in file order)
+    named_after: str | None = None
     traced: list[Pattern] = field(init=False, repr=False)
 
     def __post_init__(self):
@@ -72,7 +74,8 @@ class Rewriter(GraphBuilder):
 
     def __init__(self, graph: Graph, rule: Rule, match: Match):
         matched = sorted(match.matched_nodes, key=graph.insertion_index)   # file order
-        super().__init__(graph, matched[0].name,
+        named = match.node(rule.named_after) if rule.named_after else matched[0]
+        super().__init__(graph, named.name,
                          tuple(dict.fromkeys(o for n in matched for o in n.origin)))
         self.rule, self.match = rule, match
 

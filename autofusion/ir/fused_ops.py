@@ -17,6 +17,7 @@ import numpy as np
 from .activations import activation as activation_of_node, apply_activation, gelu as gelu_in_onnx
 from .activations import ACTIVATIONS, scalar_constant
 from .builder import FUSED_DOMAIN, GraphBuilder, fused
+from .dtypes import DType
 from .dims import matmul_shape
 from .graph import Graph, Node, Value
 from .ops import OpClass, OpDef, register
@@ -81,6 +82,50 @@ def fused_matmul(op: GraphBuilder, node: Node, a, b, c=None, residual=None):
     if residual is not None:
         y = op.Add(y, residual)
     return [apply_activation(op, node, y)]
+
+
+# ---- quantized: int8 in, int8 out ---------------------------------------------------------
+# Inputs (x, w, bias, x_scale, x_zero_point, w_scale, w_zero_point, y_scale, y_zero_point): the
+# integer operands first, as the float ops have them, the bias in float (its dequantized values),
+# then the scales and zero points of x, of w (per tensor, or per output channel along w's `axis`)
+# and of the output. Their meaning is the Q/DQ graph they came from, rounding and all.
+
+def _quantized_type(node: Node):
+    zp = node.input(8)
+    return zp.dtype if zp is not None else DType.UINT8
+
+
+def _quantized_product(node: Node):
+    (shape, _), = _product(node)
+    return [(shape, _quantized_type(node))]
+
+
+def _dequantized_operands(op: GraphBuilder, node: Node, x, w, x_scale, x_zero_point, w_scale, w_zero_point):
+    return (op.DequantizeLinear(x, x_scale, x_zero_point),
+            op.DequantizeLinear(w, w_scale, w_zero_point, axis=node.attr("axis", 0)))
+
+
+@fused_op("QuantizedConv", OpClass.COMPLEX)
+def quantized_conv(op: GraphBuilder, node: Node, x, w, b, x_scale, x_zero_point, w_scale, w_zero_point,
+                   y_scale, y_zero_point=None):
+    """Q(act(Conv(DQ(x), DQ(w), b))): an int8 convolution, its output requantized."""
+    xf, wf = _dequantized_operands(op, node, x, w, x_scale, x_zero_point, w_scale, w_zero_point)
+    y = op.Conv(xf, wf, b, **{k: node.attrs[k] for k in ("strides", "pads", "dilations", "group")
+                              if k in node.attrs})
+    return [op.QuantizeLinear(apply_activation(op, node, y), y_scale, y_zero_point)]
+
+
+@fused_op("QuantizedMatMul", OpClass.COMPLEX, _quantized_product)
+def quantized_matmul(op: GraphBuilder, node: Node, a, b, c, a_scale, a_zero_point, b_scale, b_zero_point,
+                     y_scale, y_zero_point=None):
+    """Q(act(DQ(A)·DQ(B)ᵀ? + c)): an int8 MatMul or Gemm, its output requantized."""
+    af, bf = _dequantized_operands(op, node, a, b, a_scale, a_zero_point, b_scale, b_zero_point)
+    if node.attr("trans_b", 0):
+        bf = op.Transpose(bf, perm=[1, 0])
+    y = op.MatMul(af, bf)
+    if c is not None:
+        y = op.Add(y, c)
+    return [op.QuantizeLinear(apply_activation(op, node, y), y_scale, y_zero_point)]
 
 
 @fused_op("LayerNorm", OpClass.REDUCTION, same_as_input)

@@ -75,12 +75,15 @@ def computable_ahead(node: Node) -> bool:
         (opdef.op_class != OpClass.OPAQUE or node.op_type in ("Shape", "Size", "ConstantOfShape", "Range"))
 
 
-def fold_constants(graph: Graph, evaluate: Evaluator) -> int:
-    """Evaluate nodes whose inputs are all constants and replace them by their results."""
+def fold_constants(graph: Graph, evaluate: Evaluator, keep: Callable[[Node], bool] | None = None) -> int:
+    """Evaluate nodes whose inputs are all constants and replace them by their results; `keep`:
+    nodes to leave as they are (for now)."""
     folded = 0
     outputs = set(map(id, graph.outputs))
     for node in graph.nodes:
         if not computable_ahead(node) or not all(v is None or v.const is not None for v in node.inputs):
+            continue
+        if keep is not None and keep(node):
             continue
         if any(id(v) in outputs for v in node.outputs) or _static_bytes(node) > MAX_FOLDED_BYTES:
             continue

@@ -16,7 +16,9 @@ import torch.nn.functional as F
 from ...errors import KernelBuildError
 from ...ir import DType, Node
 from ...ir.geometry import explicit_pads
-from .common import Kernel, kernel, torch_dtype
+from ...ir.builder import fused
+from .common import Kernel, const_input, kernel, torch_dtype
+from .fused import baked, torch_activation
 from .tensor import torch_pads
 
 _RANGES = {torch.uint8: (0, 255), torch.int8: (-128, 127), torch.uint16: (0, 65535),
@@ -63,11 +65,23 @@ def _quantize_linear(node: Node) -> Kernel:
         a = axis % x.dim() if x.dim() else 0
         if work is not None:
             x, scale = x.to(work), scale.to(work)
-        q = torch.round(x / per_element(scale, x.shape, a, block)).double()
-        if zero_point is not None:
-            q = q + per_element(zero_point, x.shape, a, block).double()
-        return saturated(q, out)
+        return quantize(x, per_element(scale, x.shape, a, block),
+                        None if zero_point is None else per_element(zero_point, x.shape, a, block), out)
     return run
+
+
+def quantize(x: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor | None, out: torch.dtype) -> torch.Tensor:
+    """saturate(round(x / scale) + zero_point), the scale and zero point broadcasting against x."""
+    q = torch.round(x / scale).double()
+    return saturated(q if zero_point is None else q + zero_point.double(), out)
+
+
+def dequantize(x: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor | None) -> torch.Tensor:
+    """(x − zero_point) · scale in float32, the scale and zero point broadcasting against x."""
+    dx = x.to(torch.int64)
+    if zero_point is not None:
+        dx = dx - zero_point.to(torch.int64)
+    return dx.to(torch.float32) * scale.to(torch.float32)
 
 
 @kernel("DequantizeLinear")
@@ -79,10 +93,8 @@ def _dequantize_linear(node: Node) -> Kernel:
 
     def run(x, scale, zero_point=None):
         a = axis % x.dim() if x.dim() else 0
-        dx = x.to(torch.int64)
-        if zero_point is not None:
-            dx = dx - per_element(zero_point, x.shape, a, block).to(torch.int64)
-        y = dx.to(torch.float32) * per_element(scale, x.shape, a, block).to(torch.float32)
+        y = dequantize(x, per_element(scale, x.shape, a, block),
+                       None if zero_point is None else per_element(zero_point, x.shape, a, block))
         return y.to(out or scale.dtype)
     return run
 
@@ -185,3 +197,49 @@ def _qlinear_conv(node: Node) -> Kernel:
         multiplier = x_scale.float() * w_scale.float() / y_scale.float()
         return _requantized(acc, multiplier, y_zero_point, x.dtype)
     return run
+
+
+# ---- the fused int8 ops (fusion/rules/quantized.py) -----------------------------------------
+# Their Q/DQ graph's float path: x dequantized, the op in float32 over the weight dequantized once
+# at build time, the activation, the output quantized. The native backend runs them in int8.
+
+def _dequantized_weight(node: Node) -> torch.Tensor | None:
+    w, scale, zero_point = (const_input(node, i) for i in (1, 5, 6))
+    if w is None or scale is None or (node.input(6) is not None and zero_point is None):
+        return None
+    w = torch.from_numpy(w.copy())
+    axis = node.attr("axis", 0)
+    return dequantize(w, per_element(torch.from_numpy(scale.copy()), w.shape, axis),
+                      None if zero_point is None else per_element(torch.from_numpy(zero_point.copy()), w.shape, axis))
+
+
+def _quantized_op(node: Node, product) -> Kernel:
+    """x dequantized, product(x, w, b), the activation, the output quantized."""
+    w = _dequantized_weight(node)
+    if w is None:
+        raise KernelBuildError(f"{node.name}: the weight, its scale and zero point must be constants")
+    act = torch_activation(node)
+    out = torch_dtype(node.outputs[0].dtype, f"{node.name}: ")
+
+    def run(x, b, x_scale, x_zero_point, y_scale, y_zero_point=None):
+        y = product(dequantize(x, x_scale.reshape(()), None if x_zero_point is None else x_zero_point.reshape(())), w, b)
+        y = y if act is None else act(y)
+        return quantize(y, y_scale.reshape(()), None if y_zero_point is None else y_zero_point.reshape(()), out)
+    return baked(run, 1, 5, 6)
+
+
+@kernel(fused("QuantizedConv"))
+def _quantized_conv(node: Node) -> Kernel:
+    """Q(act(Conv(DQ(x), DQ(w), b))) in float32, the weight dequantized once."""
+    return _quantized_op(node, integer_conv(node))
+
+
+@kernel(fused("QuantizedMatMul"))
+def _quantized_matmul(node: Node) -> Kernel:
+    """Q(act(DQ(a)·DQ(b)ᵀ? + c)) in float32, the weight dequantized (and transposed) once."""
+    trans_b = node.attr("trans_b", 0)
+
+    def product(a, w, c=None):
+        y = a @ (w.T if trans_b else w)
+        return y if c is None else y + c
+    return _quantized_op(node, product)

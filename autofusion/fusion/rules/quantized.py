@@ -1,0 +1,234 @@
+"""Quantized (Q/DQ) graphs: the float op between a DequantizeLinear on each operand and a
+QuantizeLinear after it, as the int8 op it stands for.
+
+    QuantizedConv(x, w, b, ...)   = Q(act(Conv(DQ(x), DQ(w), b)))
+    QuantizedMatMul(a, b, c, ...) = Q(act(DQ(a)·DQ(b)ᵀ? + c))
+    MaxPool(x)                    = Q(MaxPool(DQ(x)))   with one scale and zero point
+
+A quantizer (ONNX Runtime's `quantize_static`, a framework's QAT export) writes every quantized op
+this way: integer tensors flow between them, each op reading them through a DequantizeLinear and
+writing through a QuantizeLinear. The int8 op keeps the Q/DQ graph's meaning (ONNX's round half to
+even, saturation), so its result is the graph's, exactly where the integer arithmetic allows and
+otherwise within one step; the weight stays int8 (its DequantizeLinear is not folded before the
+rules run, fusion/pipeline.py) and the bias, an int32 constant dequantized, is folded to float.
+
+An activation's DequantizeLinear read by several ops is copied for each first
+(passes/quantization.py), so each op's match owns its copy; the copies left over merge again.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ...ir import DType, Node, Value
+from ...ir.activations import activation_of
+from ..pattern import Match
+from ..rule import Rule, describe
+from .conv import activation_problem, conv_geometry, explicit_pads
+
+INTEGER_TYPES = (DType.UINT8, DType.INT8)
+
+
+# ---- patterns -------------------------------------------------------------------------------
+
+def _dequantized(op, x, scale, zero_point, name):
+    return op.DequantizeLinear(x, scale, zero_point, _name=name)
+
+
+def _conv(op, x, x_scale, w, w_scale, b, x_zero_point, w_zero_point):
+    return op.Conv(_dequantized(op, x, x_scale, x_zero_point, "dq_x"),
+                   _dequantized(op, w, w_scale, w_zero_point, "dq_w"), b, _name="conv")
+
+
+def quantized_conv(op, x, x_scale, w, w_scale, y_scale, b=None, x_zero_point=None, w_zero_point=None,
+                   y_zero_point=None):
+    y = op.Optional.Relu(_conv(op, x, x_scale, w, w_scale, b, x_zero_point, w_zero_point), _name="act")
+    return op.QuantizeLinear(y, y_scale, y_zero_point, _name="q")
+
+
+def quantized_conv_clip(op, x, x_scale, w, w_scale, y_scale, b=None, x_zero_point=None, w_zero_point=None,
+                        y_zero_point=None, low=None, high=None):
+    y = op.Clip(_conv(op, x, x_scale, w, w_scale, b, x_zero_point, w_zero_point), low, high, _name="act")
+    return op.QuantizeLinear(y, y_scale, y_zero_point, _name="q")
+
+
+def quantized_gemm(op, x, x_scale, w, w_scale, y_scale, b=None, x_zero_point=None, w_zero_point=None,
+                   y_zero_point=None):
+    y = op.Gemm(_dequantized(op, x, x_scale, x_zero_point, "dq_x"),
+                _dequantized(op, w, w_scale, w_zero_point, "dq_w"), b, _name="product")
+    return op.QuantizeLinear(op.Optional.Relu(y, _name="act"), y_scale, y_zero_point, _name="q")
+
+
+def quantized_matmul(op, x, x_scale, w, w_scale, y_scale, x_zero_point=None, w_zero_point=None,
+                     y_zero_point=None):
+    y = op.MatMul(_dequantized(op, x, x_scale, x_zero_point, "dq_x"),
+                  _dequantized(op, w, w_scale, w_zero_point, "dq_w"), _name="product")
+    return op.QuantizeLinear(op.Optional.Relu(y, _name="act"), y_scale, y_zero_point, _name="q")
+
+
+def quantized_max_pool(op, x, scale, zero_point=None):
+    y = op.MaxPool(_dequantized(op, x, scale, zero_point, "dq_x"), _name="pool")
+    return op.QuantizeLinear(y, scale, zero_point, _name="q")
+
+
+# ---- checks ---------------------------------------------------------------------------------
+
+def _per_tensor(v: Value | None) -> bool:
+    return v is None or (v.const is not None and v.const.size == 1)
+
+
+def quantization_problem(m: Match) -> str | None:
+    """Why the Q/DQ nodes around the op do not describe an int8 op the fused ops take: the
+    activations' scales and zero points one constant each, the weight a constant of int8 with a
+    scale per tensor or per output channel, 8-bit types, no blocked quantization."""
+    q, dq_x = m.node("q"), m.node("dq_x")
+    for node in (q, dq_x, *((m.node("dq_w"),) if m.has("dq_w") else ())):
+        if node.attr("block_size", 0):
+            return f"{describe(node)}: blocked quantization (block_size {node.attr('block_size')})"
+    x, y = dq_x.inputs[0], q.outputs[0]
+    for v, where in ((x, dq_x), (y, q)):
+        if v.dtype not in INTEGER_TYPES:
+            kind = v.dtype.name.lower() if v.dtype is not None else "of unknown type"
+            return f"{describe(where)}: {v.name!r} is {kind}; the int8 ops take uint8 and int8"
+    for node in (dq_x, q):
+        for v in node.inputs[1:]:
+            if not _per_tensor(v):
+                return (f"{describe(node)}: {v.name!r} is not one constant; the int8 ops take a scale "
+                        "and zero point per tensor for activations")
+    if not m.has("dq_w"):
+        return None
+    return weight_problem(m.node("dq_w"), m.node("conv") if m.has("conv") else m.node("product"))
+
+
+def weight_problem(dq_w: Node, op: Node) -> str | None:
+    w, scale, zero_point = dq_w.inputs[0], dq_w.inputs[1], dq_w.input(2)
+    where = describe(dq_w)
+    if w.const is None or scale.const is None or (zero_point is not None and zero_point.const is None):
+        return f"{where}: the weight, its scale and zero point are not all constants"
+    if w.dtype not in INTEGER_TYPES:
+        return f"{where}: the weight is {w.dtype.name.lower()}; the int8 ops take 8-bit weights"
+    channels = _output_channels(op, w)
+    if scale.const.size not in (1, channels):
+        return f"{where}: {scale.const.size} scales for {channels} output channels"
+    if scale.const.size > 1 and _weight_axis(dq_w, w) != _output_axis(op, w):
+        return f"{where}: scales along axis {dq_w.attr('axis', 1)}, not the weight's output channels"
+    return None
+
+
+def _output_axis(op: Node, w: Value) -> int:
+    """The weight's axis of output channels: a conv's 0, a MatMul's last, a Gemm's by transB."""
+    if op.op_type == "Conv":
+        return 0
+    if op.op_type == "Gemm":
+        return 0 if op.attr("transB", 0) else 1
+    return w.const.ndim - 1
+
+
+def _output_channels(op: Node, w: Value) -> int:
+    return w.const.shape[_output_axis(op, w)]
+
+
+def _weight_axis(dq_w: Node, w: Value) -> int:
+    return dq_w.attr("axis", 1) % w.const.ndim
+
+
+def check_conv(m: Match) -> str | None:
+    return (conv_problem_of_dequantized(m.node("conv")) or quantization_problem(m)
+            or (m.has("act") and activation_problem(m.node("act"))) or _bias_problem(m) or None)
+
+
+def conv_problem_of_dequantized(conv: Node) -> str | None:
+    """What conv_problem asks of the geometry (the operands are DequantizeLinear outputs)."""
+    if conv.inputs[1].rank is None or not 1 <= conv.inputs[1].rank - 2 <= 3:
+        return f"{describe(conv)}: the weight's rank is not that of a 1-D to 3-D convolution"
+    if explicit_pads(conv) is None:
+        return f"{describe(conv)}: auto_pad needs static input sizes to fix its pads"
+    return None
+
+
+def check_product(m: Match) -> str | None:
+    product = m.node("product")
+    if product.op_type == "Gemm":
+        for attr, want in (("transA", 0), ("alpha", 1.0), ("beta", 1.0)):
+            if product.attr(attr, want) != want:
+                return f"{describe(product)}: {attr}={product.attr(attr)}; the int8 product takes {want}"
+    elif m.w.const is None or m.w.const.ndim != 2:
+        return f"{describe(product)}: the weight is not a 2-D constant"
+    return quantization_problem(m) or _bias_problem(m)
+
+
+def _bias_problem(m: Match) -> str | None:
+    b = m.values.get("b")
+    if b is None or b.const is not None:
+        return None
+    dq = b.producer
+    if dq is None or dq.op_type != "DequantizeLinear" or any(v is not None and v.const is None for v in dq.inputs):
+        return f"bias {b.name!r} is not a constant nor a constant dequantized"
+    return None
+
+
+def check_max_pool(m: Match) -> str | None:
+    dq_x, q = m.node("dq_x"), m.node("q")
+    if q.outputs[0].dtype not in INTEGER_TYPES or dq_x.attr("block_size", 0):
+        return f"{describe(q)}: not an 8-bit quantization per tensor"
+    return None
+
+
+def applies_max_pool(m: Match) -> bool:
+    """The same scale and zero point on both sides, bound by the pattern's one variable each."""
+    return len(m.node("pool").outputs) == 1 or not m.node("pool").outputs[1].uses
+
+
+# ---- replacements ---------------------------------------------------------------------------
+
+def folded_bias(op, m: Match) -> Value | None:
+    """The bias as float32 constants: a DequantizeLinear of an int32 constant, evaluated here."""
+    b = m.values.get("b")
+    if b is None or b.const is not None:
+        return b
+    dq = b.producer
+    q, scale = dq.inputs[0].const.astype(np.float64), dq.inputs[1].const.astype(np.float32)
+    zero = 0 if dq.input(2) is None else dq.input(2).const.astype(np.float64)
+    # ONNX's DequantizeLinear: (q − zero) in int32, times the scale in float32
+    values = (q - zero).astype(np.float32) * (scale if scale.size == 1 else scale.reshape(-1))
+    return op.constant(values.astype(np.float32), f"{b.name}_folded")
+
+
+def _quantization_inputs(m: Match) -> tuple:
+    dq_x, dq_w, q = m.node("dq_x"), m.node("dq_w"), m.node("q")
+    return (dq_x.inputs[1], dq_x.input(2), dq_w.inputs[1], dq_w.input(2), q.inputs[1], q.input(2))
+
+
+def _activation(m: Match) -> dict:
+    return activation_of(m.node("act")) if m.has("act") else {}
+
+
+def replace_conv(op, m: Match) -> Value:
+    return op.QuantizedConv(m.x, m.w, folded_bias(op, m), *_quantization_inputs(m), axis=0,
+                            **conv_geometry(m.node("conv")), **_activation(m))
+
+
+def replace_product(op, m: Match) -> Value:
+    product = m.node("product")
+    trans_b = int(product.op_type == "Gemm" and product.attr("transB", 0))
+    return op.QuantizedMatMul(m.x, m.w, folded_bias(op, m), *_quantization_inputs(m),
+                              axis=_output_axis(product, m.w), trans_b=trans_b, **_activation(m))
+
+
+def replace_max_pool(op, m: Match) -> Value:
+    pool = m.node("pool")
+    return op.MaxPool(m.x, _domain="", **pool.attrs)
+
+
+RULES = [
+    Rule("QuantizedConvFusionOp", 1,
+         "DequantizeLinear → Conv (+Relu/Clip) → QuantizeLinear → QuantizedConv: an int8 convolution, "
+         "its output requantized",
+         [quantized_conv, quantized_conv_clip], replace_conv, check_conv, named_after="conv"),
+    Rule("QuantizedMatMulFusionOp", 1,
+         "DequantizeLinear → Gemm/MatMul (+Relu) → QuantizeLinear → QuantizedMatMul: an int8 product, "
+         "its output requantized",
+         [quantized_gemm, quantized_matmul], replace_product, check_product, named_after="product"),
+    Rule("QuantizedMaxPoolFusionOp", 1,
+         "DequantizeLinear → MaxPool → QuantizeLinear with one scale → MaxPool over the integers",
+         [quantized_max_pool], replace_max_pool, check_max_pool, applies_max_pool, named_after="pool"),
+]
