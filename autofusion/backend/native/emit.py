@@ -17,7 +17,7 @@ import numpy as np
 from ...ir import Node, Value
 from ...ir.scalar import c_float
 from ..lower import Partition, Plan
-from .program import Acts, Call, Dims, Ids, Kernel, Name, Program
+from .program import VALUE_TYPES, Acts, Call, Dims, Ids, Kernel, Name, Program
 
 __all__ = ["NativeCode", "PartitionSource", "c_float", "dims", "emit_model"]
 
@@ -55,13 +55,21 @@ class PartitionSource:
         self.step, self.count, self.defined = -1, 0, 0
         for slot, v in enumerate(part.inputs):
             self.decls.append(Call("input", (self._new(v), slot, dims(v.shape)), v.name))
+            self._typed(v)
         for slot, v in enumerate(part.outputs):
             self.decls.append(Call("output", (self._new(v), slot, dims(v.shape)), v.name))
+            self._typed(v)
         for v, vp in part.values.items():
             layout = Name("Layout::Plain" if vp.layout == "plain" else "Layout::Any")
             extra = (vp.bf16, dims(vp.order)) if vp.order else (True,) if vp.bf16 else ()
             self.decls.append(Call("value", (self._new(v), dims(v.shape), vp.first, vp.last, layout, *extra),
                                    v.name))
+            self._typed(v)
+
+    def _typed(self, v: Value) -> None:
+        """A value of integers is declared so (the runtime's values are f32 unless told)."""
+        if v.dtype in VALUE_TYPES:
+            self.decls.append(Call("typed", (self.ids[id(v)], Name(f"Type::{VALUE_TYPES[v.dtype]}"))))
 
     def _new(self, v: Value | None) -> int:
         k, self.count = self.count, self.count + 1

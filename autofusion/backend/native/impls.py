@@ -55,12 +55,17 @@ def native(*ops: str, check: Callable[[Node], str | None], plain: tuple[int, ...
 
 # ---- checks shared by every op ---------------------------------------------------------------
 
-def _refusal(v: Value | None, what: str) -> str | None:
+FLOAT = (DType.FLOAT,)
+INTEGERS = (DType.UINT8, DType.INT8)   # a quantized model's, which int8 steps read and write
+
+
+def _refusal(v: Value | None, what: str, types: tuple[DType, ...] = FLOAT) -> str | None:
     if v is None:
         return None
-    if v.dtype != DType.FLOAT:
+    if v.dtype not in types:
+        kinds = " or ".join(t.name.lower() for t in types)
         return f"{what} {v.name!r} is {v.dtype.name.lower() if v.dtype else 'of unknown type'}: " \
-               "native kernels are float32"
+               f"this native step takes {kinds}"
     if v.shape is None or not all(is_size(d) for d in v.shape):
         return f"{what} {v.name!r} has shape {v.type_str()}: native partitions need every dim known"
     if not v.shape:
@@ -81,17 +86,19 @@ def _is_read(node: Node, j: int) -> bool:
     return v is not None and (bool(v.uses) or any(o is v for o in (node.graph.outputs if node.graph else ())))
 
 
-def dense(node: Node, inputs: tuple[int, ...] | None = None, outputs: int = 1) -> str | None:
-    """The common conditions: the listed inputs (default all) and every used output float32,
-    static, at least 1-D and not empty; the step makes the first `outputs` outputs."""
+def dense(node: Node, inputs: tuple[int, ...] | None = None, outputs: int = 1,
+          types: tuple[DType, ...] = FLOAT, output_types: tuple[DType, ...] | None = None) -> str | None:
+    """The common conditions: the listed inputs (default all) and every used output of `types`
+    (float32; the outputs' own where given), static, at least 1-D and not empty; the step makes
+    the first `outputs` outputs."""
     for i in range(len(node.inputs)) if inputs is None else inputs:
-        why = _refusal(node.input(i), "input")
+        why = _refusal(node.input(i), "input", types)
         if why:
             return why
     for j, v in enumerate(node.outputs):
         if j >= outputs and not _is_read(node, j):
             continue   # an optional output nobody reads (MaxPool's indices)
-        why = _refusal(v, "output")
+        why = _refusal(v, "output", output_types or types)
         if why:
             return why
         if j >= outputs:
@@ -293,7 +300,10 @@ def _pool_window(node: Node) -> tuple[list[int], list[int], list[int], list[int]
 
 
 def check_pool(node: Node) -> str | None:
-    why = first(dense(node, (0,)), None if node.inputs[0].rank in (3, 4, 5) else "1-D to 3-D pools only")
+    """oneDNN pools float32, and the integers of a quantized model where the pool commutes with
+    their quantization (a max)."""
+    types = FLOAT + INTEGERS if "Max" in node.op_type else FLOAT
+    why = first(dense(node, (0,), types=types), None if node.inputs[0].rank in (3, 4, 5) else "1-D to 3-D pools only")
     if why:
         return why
     if node.op_type == "AveragePool" and node.attr("count_include_pad", 0):
@@ -912,3 +922,103 @@ def emit_attention(node: Node, p: PartitionSource) -> None:
     m = -1 if mask is None else _same_rank(p, mask, node.inputs[0].rank)
     p.call("attention", p.out(node), p.ref(node.inputs[0]), p.ref(node.inputs[1]),
            p.ref(node.inputs[2]), m, p.float(node.attr("scale", 1.0)))
+
+
+# ---- int8: a quantized model's integers (fusion/rules/quantized.py) --------------------------
+
+def _scalar_constant(v: Value | None) -> bool:
+    return v is None or (v.const is not None and v.const.size == 1)
+
+
+def _per_tensor(node: Node, *inputs: int) -> str | None:
+    for i in inputs:
+        if not _scalar_constant(node.input(i)):
+            return f"{node.input(i).name!r} is not one constant: the native int8 steps quantize per tensor"
+    return None
+
+
+def _scale(v: Value) -> float:
+    return float(np.float32(v.const.reshape(-1)[0]))
+
+
+def _zero_point(v: Value | None) -> int:
+    return 0 if v is None else int(v.const.reshape(-1)[0])
+
+
+def check_quantize(node: Node) -> str | None:
+    return first(dense(node, (0,), output_types=INTEGERS), _per_tensor(node, 1, 2),
+                 "blocked quantization" if node.attr("block_size", 0) else None,
+                 "a narrower precision for the division" if node.attr("precision") else None)
+
+
+@native("QuantizeLinear", check=check_quantize, tensors=(0,))
+def emit_quantize(node: Node, p: PartitionSource) -> None:
+    """The runtime's own loop: f32 to u8/s8, ONNX's rounding (half to even) and saturation, in
+    the input's layout."""
+    p.call("quantize", p.out(node), p.ref(node.inputs[0]), p.float(_scale(node.inputs[1])),
+           _zero_point(node.input(2)))
+
+
+def check_dequantize(node: Node) -> str | None:
+    return first(dense(node, (0,), types=INTEGERS, output_types=FLOAT), _per_tensor(node, 1, 2),
+                 "blocked quantization" if node.attr("block_size", 0) else None)
+
+
+@native("DequantizeLinear", check=check_dequantize, tensors=(0,))
+def emit_dequantize(node: Node, p: PartitionSource) -> None:
+    """The runtime's own loop: u8/s8 to f32, in the input's layout."""
+    p.call("dequantize", p.out(node), p.ref(node.inputs[0]), p.float(_scale(node.inputs[1])),
+           _zero_point(node.input(2)))
+
+
+def _int8_problem(node: Node) -> str | None:
+    """What every int8 product asks: integer operands, activations quantized per tensor, a
+    constant weight of int8 with zero points of 0 (oneDNN's int8 kernels take none for weights)
+    and its scales constant; a constant float bias."""
+    w, w_zero_point, w_scale = node.inputs[1], node.input(6), node.inputs[5]
+    if w.dtype != DType.INT8 or w.const is None:
+        return f"the weight {w.name!r} is not a constant of int8"
+    if w_zero_point is not None and (w_zero_point.const is None or np.any(w_zero_point.const != 0)):
+        return f"the weight's zero point {w_zero_point.name!r} is not 0: oneDNN's int8 kernels take none"
+    if w_scale.const is None:
+        return f"the weight's scale {w_scale.name!r} is not a constant"
+    return first(dense(node, (0,), types=INTEGERS, output_types=INTEGERS), _per_tensor(node, 3, 4, 7, 8),
+                 constant(node, 2, "bias"))
+
+
+def _weight_scales(node: Node, p: PartitionSource) -> int:
+    return p.const(np.ascontiguousarray(node.inputs[5].const.reshape(-1), np.float32), node.inputs[5].name)
+
+
+def _int8_quantization(node: Node, p: PartitionSource) -> tuple:
+    return (p.float(_scale(node.inputs[3])), _zero_point(node.input(4)), p.float(_scale(node.inputs[7])),
+            _zero_point(node.input(8)))
+
+
+def check_quantized_conv(node: Node) -> str | None:
+    return first(_int8_problem(node), None if node.inputs[0].rank in (3, 4, 5) else "1-D to 3-D convolutions only")
+
+
+@native(fused("QuantizedConv"), check=check_quantized_conv)
+def emit_quantized_conv(node: Node, p: PartitionSource) -> None:
+    """oneDNN's int8 convolution (VNNI here): u8/s8 activations with their zero point, s8 weights
+    with a scale per tensor or output channel, s32 sums, the bias and activation, requantized."""
+    nd = node.inputs[1].rank - 2
+    pads = _conv_pads(node)
+    p.call("qconv", p.out(node), p.ref(node.inputs[0]), p.ref(node.inputs[1]), p.ref(node.input(2)),
+           dims(node.attr("strides") or [1] * nd), dims(node.attr("dilations") or [1] * nd),
+           dims(pads[:nd]), dims(pads[nd:]), node.attr("group", 1), p.acts(node_acts(node)),
+           _weight_scales(node, p), *_int8_quantization(node, p))
+
+
+def check_quantized_matmul(node: Node) -> str | None:
+    return first(_int8_problem(node), None if node.inputs[1].rank == 2 else "the weight is not 2-D")
+
+
+@native(fused("QuantizedMatMul"), check=check_quantized_matmul, plain=(0,))
+def emit_quantized_matmul(node: Node, p: PartitionSource) -> None:
+    """oneDNN's int8 matmul over the input's rows: as the convolution, the weight's scales per
+    column."""
+    p.call("qmatmul", p.out(node), p.ref(node.inputs[0]), p.ref(node.inputs[1]), p.ref(node.input(2)),
+           p.bool(node.attr("trans_b", 0)), p.acts(node_acts(node)), _weight_scales(node, p),
+           *_int8_quantization(node, p))

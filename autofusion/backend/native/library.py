@@ -24,10 +24,10 @@ from typing import Callable, Mapping
 import torch
 
 from ...errors import KernelBuildError, NodeExecutionError
-from ...ir import Node
+from ...ir import Node, Value
 from ...ir.symbolic import evaluate
 from .build import Toolchain, kernel_library, runtime_library
-from .program import Program
+from .program import VALUE_TYPES, Program
 
 _c = ctypes.c_void_p
 OUTPUT_BATCH, OUTPUT_BATCH_BYTES = 8, 1 << 20   # outputs made ahead: at most 8 calls', 1 MiB
@@ -267,7 +267,9 @@ class BuiltPartition:
         self.kernels, self.choices = self._kernels()
         values = dict(zip(partition.symbols, sizes))
         self.out_shapes = [tuple(evaluate(d, values) for d in v.shape) for v in program.outputs]
-        self.in_types = [(v.name, torch.Size(evaluate(d, values) for d in v.shape)) for v in program.inputs]
+        self.out_dtypes = [held_type(v) for v in program.outputs]
+        self.in_types = [(v.name, held_type(v), torch.Size(evaluate(d, values) for d in v.shape))
+                         for v in program.inputs]
         self.n_in, self.n_out = len(program.inputs), len(program.outputs)
         self._run, self._run_on = lib.af_run, lib.af_run_on
         self._lock = threading.Lock()   # the run against profiling's counts (one caller runs it)
@@ -275,7 +277,7 @@ class BuiltPartition:
         # outputs made several calls' worth at a time: after a model's kernels ran, the
         # allocator's code is out of cache and its first tensor costs ~50 µs (MobileNetV3-L),
         # the next ones a few
-        out_bytes = 4 * sum(math.prod(s) for s in self.out_shapes)
+        out_bytes = sum(math.prod(s) * t.itemsize for s, t in zip(self.out_shapes, self.out_dtypes))
         self._batch = max(1, min(OUTPUT_BATCH, OUTPUT_BATCH_BYTES // max(out_bytes, 1)))
         self._made: list[list[torch.Tensor]] = []
 
@@ -288,21 +290,22 @@ class BuiltPartition:
     def __call__(self, *xs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         if len(xs) != self.n_in:
             raise RuntimeError(f"the native partition takes {self.n_in} input(s), got {len(xs)}")
-        for x, (name, shape) in zip(xs, self.in_types):
-            if x.dtype != torch.float32 or x.shape != shape:   # the C++ trusts the plan's types
+        for x, (name, dtype, shape) in zip(xs, self.in_types):
+            if x.dtype != dtype or x.shape != shape:   # the C++ trusts the plan's types
                 raise RuntimeError(f"native partition input {name!r} is {x.dtype}{list(x.shape)}, "
-                                   f"the plan says float32{list(shape)}")
+                                   f"the plan says {dtype}{list(shape)}")
         return self.run_checked([x.contiguous() for x in xs])
 
     def run_checked(self, xs: list[torch.Tensor], check_finite: bool = False,
                     streams: Streams | None = None, threads: int = 0) -> tuple[torch.Tensor, ...] | None:
-        """Run on inputs already known to be dense float32 tensors of the plan's shapes, on one
+        """Run on inputs already known to be dense tensors of the plan's types and shapes, on one
         of the streams (None: the caller's thread, which model.py holds on its CPU itself).
         check_finite: None, running nothing, where one holds NaN or an infinity; threads: the
         team the streams run it on (0: as torch has it; the streams hold their own CPUs)."""
         with self._lock:
             if not self._made:
-                self._made = [[torch.empty(s) for s in self.out_shapes] for _ in range(self._batch)]
+                self._made = [[torch.empty(s, dtype=t) for s, t in zip(self.out_shapes, self.out_dtypes)]
+                              for _ in range(self._batch)]
             outs = self._made.pop()
             for k, x in enumerate(xs):
                 self._in_ptrs[k] = x.data_ptr()
@@ -352,6 +355,12 @@ class BuiltPartition:
         if n != self.steps:
             raise RuntimeError(f"the native partition counted {n} steps, its plan has {self.steps}")
         return [t * 1e-9 for t in out[:n]]
+
+
+def held_type(v: Value) -> torch.dtype:
+    """The type a partition holds a value in: the integers it reads and writes as they are
+    (program.VALUE_TYPES), everything else float32."""
+    return getattr(torch, v.dtype.numpy.name) if v.dtype in VALUE_TYPES else torch.float32
 
 
 def _partition(nodes: list[Node]) -> str:

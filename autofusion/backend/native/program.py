@@ -26,12 +26,15 @@ from typing import Callable
 
 import numpy as np
 
-from ...ir import Value
+from ...ir import DType, Value
 from ...ir.scalar import c_float
 from ...ir.symbolic import compile_sizes, is_symbolic, symbols
 
 INT, FLOAT, LIST, ACTS, NAME, KERNEL = range(6)
 SHAPES = {"input": 2, "output": 2, "constant": 2, "value": 1}   # the calls declaring a value: its dims' argument
+# the types a value holds other than f32, as runtime/native.h's Type names them (a `typed` call
+# after its declaration says so)
+VALUE_TYPES = {DType.UINT8: "U8", DType.INT8: "S8"}
 
 
 class Dims(tuple):

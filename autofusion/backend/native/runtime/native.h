@@ -47,6 +47,11 @@ struct Act {
 };
 using Acts = std::vector<Act>;
 
+// What a value holds: f32 unless its declaration is followed by typed() (the integers of a
+// quantized model, which int8 steps read and write)
+#define AF_TYPES(X) X(F32) X(U8) X(S8)
+enum class Type { AF_TYPES(AF_ENUMERATOR) };
+
 #define AF_BINS(X) X(Add) X(Sub) X(Mul) X(Div) X(Max) X(Min)
 enum class Bin { AF_BINS(AF_ENUMERATOR) };
 
@@ -82,6 +87,9 @@ class Partition {
   // (empty: row-major)
   void value(int id, const Dims& shape, int first, int last, Layout layout, bool bf16_only = false,
              const Dims& order = {});
+
+  // the value declared as `id` holds `type`
+  void typed(int id, Type type);
 
   // ---- steps: node() starts the next one (its name goes into every error it raises)
   void node(const char* name, Precision precision = Precision::F32);
@@ -145,6 +153,21 @@ class Partition {
   // are the kernel's run-time sizes (its `d`)
   void kernel(KernelFn fn, const std::vector<int>& dsts, const std::vector<int>& srcs,
               const Dims& sizes = {});
+
+  // ONNX's QuantizeLinear per tensor: saturate(round_half_even(src / scale) + zero_point), f32
+  // into dst's type (u8, s8), in src's layout
+  void quantize(int dst, int src, float scale, int zero_point);
+  // ONNX's DequantizeLinear per tensor: (src − zero_point)·scale, u8 or s8 into f32
+  void dequantize(int dst, int src, float scale, int zero_point);
+  // quantize(act(conv(dequantize(src), w·w_scales) + b)) over s32 sums: w a constant of integers
+  // (held as f32: exact), w_scales a constant of 1 or O values, b an f32 constant or -1
+  void qconv(int dst, int src, int w, int b, const Dims& strides, const Dims& dilations,
+             const Dims& pad_begin, const Dims& pad_end, int64_t groups, const Acts& acts, int w_scales,
+             float src_scale, int src_zero_point, float dst_scale, int dst_zero_point);
+  // quantize(act(dequantize(a)·(w·w_scales) + b)) over a's last axis: w a constant [K, N] (trans_b:
+  // [N, K]) of integers, w_scales 1 or N values, b an f32 constant [N] or -1
+  void qmatmul(int dst, int a, int w, int b, bool trans_b, const Acts& acts, int w_scales, float a_scale,
+               int a_zero_point, float dst_scale, int dst_zero_point);
 
   void finalize();
   void run(void* const* inputs, void* const* outputs);

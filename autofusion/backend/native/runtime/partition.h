@@ -5,6 +5,7 @@
 //   steps.cpp      the step builders (Partition::conv, ::matmul, ...): each picks its primitive
 //                  or the runtime's own loop, and records why (decide())
 //   attention.cpp  the attention step (q·kᵀ, softmax, p·v and where the mask goes)
+//   quantized.cpp  the int8 steps: quantize, dequantize, convolution and product of integers
 //   own_loops.cpp  the runtime's own loops (softmax.h, gemv.h, depthwise.h, ...) as executables
 //   arena.cpp      finalize() (the arena's placement, arguments bound) and run()
 //   c_api.cpp      the C functions Python calls (native.h), thread pinning
@@ -106,6 +107,7 @@ struct Val {
   size_t view_bytes = 0;       // a view's bytes start this far into its alias's
   bool spread = false;         // a view through strides (a transpose, a block): not dense
   std::vector<int> copies;     // temporaries holding its values in other layouts (ensure())
+  dt type = dt::f32;           // what it holds (typed(): the integers of a quantized model)
   bool has_md = false;
   memory::desc md;
   memory owned;                // constants: the caller's array, plain, read in place
@@ -192,6 +194,14 @@ struct Arena {
     }
     return at;
   }
+};
+
+// an int8 step's scales and zero points per tensor (its weight's scales are a constant)
+struct Quantization {
+  float src_scale;
+  int32_t src_zero_point;
+  float dst_scale;
+  int32_t dst_zero_point;
 };
 
 struct Partition::Impl {
@@ -284,6 +294,10 @@ struct Partition::Impl {
            const Acts& acts = {});
   void gate_over_dst(Alg gate);
   void finish(int dst, int written);
+
+  // ---- int8 (quantized.cpp)
+  dnnl::primitive_attr int8_attr(const Acts& acts, int weight_mask, bool src_zero_point, bool dst_zero_point);
+  void int8_args(std::vector<Arg>& args, int w_scales, const Quantization& q);
 
   // ---- the runtime's own loops (own_loops.cpp)
   bool own_softmax(const memory::desc& src_md, const memory::desc& dst_md, int axis) const;

@@ -118,6 +118,15 @@ Layout layout(const std::string& name) {
   return qualified(name, "Layout", values);
 }
 
+Type type(const std::string& name) {
+  static const std::vector<std::pair<std::string, Type>> values{
+#define AF_TYPE(name) AF_NAMED(Type, name)
+      AF_TYPES(AF_TYPE)
+#undef AF_TYPE
+  };
+  return qualified(name, "Type", values);
+}
+
 Precision precision(const std::string& name) {
   static const std::vector<std::pair<std::string, Precision>> values{
 #define AF_PRECISION(name) AF_NAMED(Precision, name)
@@ -157,6 +166,7 @@ void make(Partition& p, const Call& c) {
   else if (m == "constant") p.constant(c.i(0), c.i(1), c.dims(2), c.has(3) ? c.dims(3) : Dims{});
   else if (m == "value")
     p.value(c.i(0), c.dims(1), c.i(2), c.i(3), layout(c.name(4)), c.flag(5), c.has(6) ? c.dims(6) : Dims{});
+  else if (m == "typed") p.typed(c.i(0), type(c.name(1)));
   else if (m == "node") {
     const std::string name = c.name(0);
     p.node(name.c_str(), c.has(1) ? precision(c.name(1)) : Precision::F32);
@@ -187,6 +197,14 @@ void make(Partition& p, const Call& c) {
   else if (m == "slice") p.slice(c.i(0), c.i(1), c.dims(2), c.dims(3));
   else if (m == "reshape") p.reshape(c.i(0), c.i(1));
   else if (m == "attention") p.attention(c.i(0), c.i(1), c.i(2), c.i(3), c.i(4), c.f(5));
+  else if (m == "quantize") p.quantize(c.i(0), c.i(1), c.f(2), int(c.i(3)));
+  else if (m == "dequantize") p.dequantize(c.i(0), c.i(1), c.f(2), int(c.i(3)));
+  else if (m == "qconv")
+    p.qconv(c.i(0), c.i(1), c.i(2), c.i(3), c.dims(4), c.dims(5), c.dims(6), c.dims(7), c.i(8), c.acts(9),
+            c.i(10), c.f(11), int(c.i(12)), c.f(13), int(c.i(14)));
+  else if (m == "qmatmul")
+    p.qmatmul(c.i(0), c.i(1), c.i(2), c.i(3), c.flag(4), c.acts(5), c.i(6), c.f(7), int(c.i(8)), c.f(9),
+              int(c.i(10)));
   else if (m == "kernel") p.kernel(c.kernel(0), c.ids(1), c.ids(2), c.has(3) ? c.dims(3) : Dims{});
   else throw std::runtime_error("program: the runtime has no call '" + m + "'");
 }

@@ -314,6 +314,7 @@ void Partition::Impl::view_of(int dst, int src, const memory::desc& md, size_t b
 // what a convolution or product writes dst in: bf16 only where other steps alone read it
 dt Partition::Impl::result_type(int dst) {
   const Val& v = val(dst);
+  if (v.type != dt::f32) return v.type;
   return compute == dt::bf16 && v.kind == Kind::Internal && v.layout == Layout::Any ? dt::bf16
                                                                                   : dt::f32;
 }
@@ -322,7 +323,8 @@ dt Partition::Impl::result_type(int dst) {
 // bf16 where only products in bf16 read it; row-major, or with the axes in the plan's order
 memory::desc Partition::Impl::dense_result(int dst) {
   const Val& v = val(dst);
-  const dt type = v.bf16_only && compute == dt::bf16 && v.kind == Kind::Internal ? dt::bf16 : dt::f32;
+  const dt type = v.type != dt::f32 ? v.type
+                  : v.bf16_only && compute == dt::bf16 && v.kind == Kind::Internal ? dt::bf16 : dt::f32;
   if (v.order.empty()) return plain(v.shape, type);
   Dims stored(v.order.size());   // stored axis i is the value's axis order[i]
   for (size_t i = 0; i < stored.size(); ++i) stored[i] = v.shape[v.order[i]];

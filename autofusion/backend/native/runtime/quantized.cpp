@@ -1,0 +1,192 @@
+// The int8 steps: quantize and dequantize (the runtime's own loops, ONNX's rounding exactly), and
+// the convolution and product of integers (oneDNN's, VNNI where the CPU has it) whose result is
+// requantized as it is written, so int8 values flow from one int8 step to the next.
+//
+// ONNX's QuantizeLinear is saturate(round_half_even(x / scale) + zero_point), the division in
+// f32; nearbyint rounds half to even in the default rounding mode. oneDNN's int8 primitives
+// compute post_ops(src_scale·w_scale·Σ(src − src_zp)·w + bias) over s32 sums, then divide by the
+// destination's scale and add its zero point, rounding the same way: what the Q/DQ graph computes
+// in f32, up to the f32 rounding of its sums (ties can land one step apart; tests count them).
+#include "partition.h"
+
+#include <algorithm>
+#include <cmath>
+#include <type_traits>
+
+namespace af {
+
+namespace {
+
+dt onednn_type(Type t) {
+  switch (t) {
+    case Type::F32: return dt::f32;
+    case Type::U8: return dt::u8;
+    case Type::S8: return dt::s8;
+  }
+  return dt::undef;
+}
+
+template <class Q>
+void quantize_into(const float* x, Q* y, int64_t n, float scale, int zero_point) {
+  constexpr float lo = std::is_signed<Q>::value ? -128.f : 0.f, hi = std::is_signed<Q>::value ? 127.f : 255.f;
+#pragma omp parallel for simd schedule(static) if (n >= PARALLEL_FROM)
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = Q(std::min(hi, std::max(lo, std::nearbyint(x[i] / scale) + float(zero_point))));
+}
+
+template <class Q>
+void dequantize_into(const Q* x, float* y, int64_t n, float scale, int zero_point) {
+#pragma omp parallel for simd schedule(static) if (n >= PARALLEL_FROM)
+  for (int64_t i = 0; i < n; ++i) y[i] = float(int32_t(x[i]) - zero_point) * scale;
+}
+
+// one f32 or s32 value, as a primitive's run-time scale or zero point reads it
+memory scalar_memory(const dnnl::engine& eng, float scale) {
+  memory m(memory::desc({1}, dt::f32, tag::a), eng);
+  *static_cast<float*>(m.get_data_handle()) = scale;
+  return m;
+}
+
+memory scalar_memory(const dnnl::engine& eng, int32_t zero_point) {
+  memory m(memory::desc({1}, dt::s32, tag::a), eng);
+  *static_cast<int32_t*>(m.get_data_handle()) = zero_point;
+  return m;
+}
+
+}  // namespace
+
+void Partition::typed(int id, Type type) {
+  Impl& m = *impl_;
+  Val& v = m.val(id);
+  v.type = onednn_type(type);
+  if (v.kind != Kind::Internal) v.md = plain(v.shape, v.type);   // bound by slot: dense
+  if (v.kind == Kind::Input && v.type != dt::f32) m.input_elems[v.slot] = 0;   // integers are finite
+}
+
+void Partition::quantize(int dst, int src, float scale, int zero_point) {
+  Impl& m = *impl_;
+  src = m.dense(src);
+  const memory::desc& from = m.md_of(src);
+  if (from.get_data_type() != dt::f32) m.fail("quantize reads f32");
+  const dt type = m.val(dst).type;
+  const int y = m.produce(dst, retyped(from, type));
+  Exec own{dnnl::primitive(), {Impl::use(DNNL_ARG_SRC, src), Impl::use(DNNL_ARG_DST, y)}, {}, m.node, m.step};
+  own.own = [=](Exec& e) {
+    const float* x = static_cast<const float*>(e.bound[DNNL_ARG_SRC].get_data_handle());
+    const int64_t n = int64_t(e.bound[DNNL_ARG_SRC].get_desc().get_size() / sizeof(float));
+    void* out = e.bound[DNNL_ARG_DST].get_data_handle();
+    if (type == dt::u8) quantize_into(x, static_cast<uint8_t*>(out), n, scale, zero_point);
+    else quantize_into(x, static_cast<int8_t*>(out), n, scale, zero_point);
+  };
+  own.kernel = "runtime quantize";
+  m.execs.push_back(std::move(own));
+  m.finish(dst, y);
+}
+
+void Partition::dequantize(int dst, int src, float scale, int zero_point) {
+  Impl& m = *impl_;
+  src = m.dense(src);
+  const memory::desc& from = m.md_of(src);
+  const dt type = from.get_data_type();
+  if (type != dt::u8 && type != dt::s8) m.fail("dequantize reads u8 or s8");
+  const int y = m.produce(dst, retyped(from, dt::f32));
+  Exec own{dnnl::primitive(), {Impl::use(DNNL_ARG_SRC, src), Impl::use(DNNL_ARG_DST, y)}, {}, m.node, m.step};
+  own.own = [=](Exec& e) {
+    const void* x = e.bound[DNNL_ARG_SRC].get_data_handle();
+    const int64_t n = int64_t(e.bound[DNNL_ARG_SRC].get_desc().get_size());
+    float* out = static_cast<float*>(e.bound[DNNL_ARG_DST].get_data_handle());
+    if (type == dt::u8) dequantize_into(static_cast<const uint8_t*>(x), out, n, scale, zero_point);
+    else dequantize_into(static_cast<const int8_t*>(x), out, n, scale, zero_point);
+  };
+  own.kernel = "runtime dequantize";
+  m.execs.push_back(std::move(own));
+  m.finish(dst, y);
+}
+
+// the attributes of an int8 primitive: scales of src (per tensor), weights (per tensor, or per
+// output channel: `weight_mask`) and dst, zero points of src and dst, the activations as post-ops
+dnnl::primitive_attr Partition::Impl::int8_attr(const Acts& acts, int weight_mask, bool src_zero_point,
+                                                bool dst_zero_point) {
+  dnnl::primitive_attr a = attr(acts);
+  a.set_scales_mask(DNNL_ARG_SRC, 0);
+  a.set_scales_mask(DNNL_ARG_WEIGHTS, weight_mask);
+  a.set_scales_mask(DNNL_ARG_DST, 0);
+  if (src_zero_point) a.set_zero_points_mask(DNNL_ARG_SRC, 0);
+  if (dst_zero_point) a.set_zero_points_mask(DNNL_ARG_DST, 0);
+  return a;
+}
+
+// the run-time scales and zero points of an int8 primitive, as its arguments
+void Partition::Impl::int8_args(std::vector<Arg>& args, int w_scales, const Quantization& q) {
+  args.push_back(owned(DNNL_ARG_ATTR_SCALES | DNNL_ARG_SRC, scalar_memory(eng, q.src_scale)));
+  const Dims count = val(w_scales).shape;
+  args.push_back(owned(DNNL_ARG_ATTR_SCALES | DNNL_ARG_WEIGHTS,
+                       constant_as(w_scales, memory::desc({product(count, 0, count.size())}, dt::f32, tag::a))));
+  args.push_back(owned(DNNL_ARG_ATTR_SCALES | DNNL_ARG_DST, scalar_memory(eng, q.dst_scale)));
+  if (q.src_zero_point) args.push_back(owned(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, scalar_memory(eng, q.src_zero_point)));
+  if (q.dst_zero_point) args.push_back(owned(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, scalar_memory(eng, q.dst_zero_point)));
+}
+
+void Partition::qconv(int dst, int src, int w, int b, const Dims& strides, const Dims& dilations,
+                      const Dims& pad_begin, const Dims& pad_end, int64_t groups, const Acts& acts,
+                      int w_scales, float src_scale, int src_zero_point, float dst_scale, int dst_zero_point) {
+  Impl& m = *impl_;
+  const Quantization q{src_scale, src_zero_point, dst_scale, dst_zero_point};
+  Dims wdims = m.val(w).shape;   // ONNX [O, I/g, k...]; oneDNN's grouped form [g, O/g, I/g, k...]
+  if (groups > 1) {
+    wdims.insert(wdims.begin(), groups);
+    wdims[1] /= groups;
+  }
+  const bool per_channel = product(m.val(w_scales).shape, 0, m.val(w_scales).shape.size()) > 1;
+  const int weight_mask = per_channel ? (groups > 1 ? 3 : 1) : 0;
+  const memory::desc bias_md = b >= 0 ? plain(m.val(b).shape) : memory::desc();
+  const dt src_type = m.md_of(src).get_data_type(), dst_type = m.val(dst).type;
+  if (src_type != dt::u8 && src_type != dt::s8) m.fail("an int8 convolution reads u8 or s8");
+  auto writing = [&](const memory::desc& src_md, const memory::desc& dst_md) {
+    return dnnl::convolution_forward::primitive_desc(
+        m.eng, dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src_md,
+        any(wdims, dt::s8), bias_md, dst_md, strides, onednn_dilations(dilations), pad_begin, pad_end,
+        m.int8_attr(acts, weight_mask, src_zero_point != 0, dst_zero_point != 0));
+  };
+  // channels innermost, the layout oneDNN's int8 convolutions read and write fastest
+  auto pd = writing(channels_last(m.val(src).shape, src_type), channels_last(m.val(dst).shape, dst_type));
+  if (is_reference(pd)) pd = writing(any(m.val(src).shape, src_type), any(m.val(dst).shape, dst_type));
+  const int x = m.ensure(src, pd.src_desc());
+  const int y = m.produce(dst, pd.dst_desc());
+  std::vector<Arg> args{Impl::use(DNNL_ARG_SRC, x), Impl::owned(DNNL_ARG_WEIGHTS, m.constant_as(w, pd.weights_desc())),
+                        Impl::use(DNNL_ARG_DST, y)};
+  if (b >= 0) args.push_back(Impl::owned(DNNL_ARG_BIAS, m.constant_as(b, pd.bias_desc())));
+  m.int8_args(args, w_scales, q);
+  m.add(pd, dnnl::convolution_forward(pd), std::move(args), acts);
+  m.finish(dst, y);
+}
+
+void Partition::qmatmul(int dst, int a, int w, int b, bool trans_b, const Acts& acts, int w_scales,
+                        float a_scale, int a_zero_point, float dst_scale, int dst_zero_point) {
+  Impl& m = *impl_;
+  const Quantization q{a_scale, a_zero_point, dst_scale, dst_zero_point};
+  a = m.ensure(a, plain(m.val(a).shape, m.md_of(a).get_data_type()));
+  const dt a_type = m.md_of(a).get_data_type(), dst_type = m.val(dst).type;
+  if (a_type != dt::u8 && a_type != dt::s8) m.fail("an int8 product reads u8 or s8");
+  const Dims& shape = m.val(a).shape;
+  const int64_t k = shape.back(), rows = product(shape, 0, shape.size() - 1);
+  const Dims wshape = m.val(w).shape;
+  const int64_t n = trans_b ? wshape[0] : wshape[1];
+  const bool per_channel = product(m.val(w_scales).shape, 0, m.val(w_scales).shape.size()) > 1;
+  // a [rows, K] · w [K, N]: w's scales per column, the mask of its axis 1
+  const memory::desc a_md = plain({rows, k}, a_type), dst_md = plain({rows, n}, dst_type);
+  const memory::desc bias_md = b >= 0 ? plain({1, n}) : memory::desc();
+  dnnl::matmul::primitive_desc pd(m.eng, a_md, memory::desc({k, n}, dt::s8, tag::any), bias_md, dst_md,
+                                  m.int8_attr(acts, per_channel ? 2 : 0, a_zero_point != 0, dst_zero_point != 0));
+  const int y = m.produce(dst, plain(m.val(dst).shape, dst_type));
+  const memory::desc given = trans_b ? plain({n, k}).permute_axes({1, 0}) : plain({k, n});
+  std::vector<Arg> args{Impl::view(DNNL_ARG_SRC, a, a_md),
+                        Impl::owned(DNNL_ARG_WEIGHTS, m.constant_as(w, given, pd.weights_desc())),
+                        Impl::view(DNNL_ARG_DST, y, dst_md)};
+  if (b >= 0) args.push_back(Impl::owned(DNNL_ARG_BIAS, m.constant_as(b, pd.bias_desc())));
+  m.int8_args(args, w_scales, q);
+  m.add(pd, dnnl::matmul(pd), std::move(args), acts);
+  m.finish(dst, y);
+}
+
+}  // namespace af
