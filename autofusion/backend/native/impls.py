@@ -960,6 +960,8 @@ def emit_quantize(node: Node, p: PartitionSource) -> None:
 
 
 def check_dequantize(node: Node) -> str | None:
+    if node.inputs[0].const is not None:   # a weight: folded at level 1, once on PyTorch at level 0
+        return "its input is a constant: a weight, which level 1 folds"
     return first(dense(node, (0,), types=INTEGERS, output_types=FLOAT), _per_tensor(node, 1, 2),
                  "blocked quantization" if node.attr("block_size", 0) else None)
 

@@ -1,0 +1,140 @@
+"""Quantized rules: Q/DQ around Conv, Gemm/MatMul and MaxPool become int8 ops (QuantizedConv,
+QuantizedMatMul, MaxPool over the integers), and what they refuse.
+
+Tolerance: the fused graph's output equals the Q/DQ graph's within one quantization step of the
+output, with the steps that differ counted (a sum in another order can cross a rounding tie)."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper, numpy_helper
+
+import autofusion
+from tests.helpers import QdqGraph, qdq_conv_block, qdq_linear
+
+from .harness import fuse, matched, near_miss, ops
+
+
+def assert_within_one_step(model: onnx.ModelProto, step: float, backend: str = "auto", seeds=(0, 1)) -> None:
+    """The fused model's output against the unfused graph's: at most one step apart, and few."""
+    reference = autofusion.compile(model, level=0, backend="torch")
+    fused = autofusion.compile(model, level=2, backend=backend)
+    for seed in seeds:
+        rng = np.random.default_rng(seed)
+        feeds = {v.name: rng.standard_normal([d if isinstance(d, int) else 2 for d in v.shape]).astype(np.float32)
+                 for v in reference.graph.inputs}
+        [want], [got] = reference.run(feeds).values(), fused.run(feeds).values()
+        steps = np.abs(got.astype(np.float64) - want) / step
+        assert steps.max() <= 1 + 1e-4, f"{steps.max():.3f} steps apart"
+        assert (steps > 0.5).mean() < 0.01, f"{(steps > 0.5).mean():.2%} of the values a step apart"
+
+
+# ---- golden: what the rules make ------------------------------------------------------------
+
+@pytest.mark.parametrize("act", [None, "Relu", "Clip"])
+def test_conv_between_dequantize_and_quantize_is_one_int8_convolution(act):
+    graph, report = fuse(qdq_conv_block(act=act))
+    assert ops(graph) == ["QuantizeLinear", "autofusion::QuantizedConv", "DequantizeLinear"]
+    conv = graph.nodes[1]
+    assert conv.name.startswith("conv") and conv.outputs[0].dtype.name == "UINT8"   # named after the Conv
+    assert conv.inputs[1].const.dtype == np.int8, "the weight stays int8"
+    assert conv.inputs[2].const.dtype == np.float32, "the int32 bias is folded to float"
+    assert conv.attr("activation", "") == ("" if act is None else act)
+    assert matched(report, "QuantizedConvFusionOp") == 1
+
+
+def test_a_dequantized_input_read_twice_is_copied_for_each_reader():
+    """The residual block: x's integers feed the convolution and the Add; the convolution still
+    fuses, and the copies no rule took merge back into one."""
+    graph, report = fuse(qdq_conv_block(residual=True))
+    assert ops(graph).count("autofusion::QuantizedConv") == 1
+    dequantized_x = [n for n in graph.nodes if n.op == "DequantizeLinear" and n.inputs[0].name == "x_q"]
+    assert len(dequantized_x) == 1
+    assert report.passes["DequantizeLinear copied for each reader"] == 1
+
+
+@pytest.mark.parametrize("trans_b", [True, False], ids=["Gemm", "MatMul"])
+def test_product_between_dequantize_and_quantize_is_one_int8_product(trans_b):
+    graph, report = fuse(qdq_linear(trans_b=trans_b, rows=(2, 3) if not trans_b else (4,)))
+    assert ops(graph) == ["QuantizeLinear", "autofusion::QuantizedMatMul", "DequantizeLinear"]
+    product = graph.nodes[1]
+    assert product.attr("trans_b") == int(trans_b) and product.attr("axis") == (0 if trans_b else 1)
+    assert matched(report, "QuantizedMatMulFusionOp") == 1
+
+
+def test_max_pool_with_one_scale_runs_on_the_integers():
+    q = QdqGraph()
+    xq = q.quantize("x", 0.05, 10)
+    pooled = q.node("MaxPool", [q.dequantize(xq, "pool")], "pool", kernel_shape=[2, 2], strides=[2, 2])
+    s, z = q.scales[xq]
+    q.nodes.append(helper.make_node("QuantizeLinear", [pooled, s, z], ["pool_q"], name="pool_q"))
+    q.scales["pool_q"] = (s, z)
+    graph, _ = fuse(q.model({"x": (1, 4, 8, 8)}, q.dequantize("pool_q", "out")))
+    assert ops(graph) == ["QuantizeLinear", "MaxPool", "DequantizeLinear"]
+    assert graph.nodes[1].inputs[0].dtype.name == "UINT8"
+
+
+# ---- numeric: the Q/DQ graph's result -------------------------------------------------------
+
+@pytest.mark.parametrize("backend", ["auto", "torch"])
+@pytest.mark.parametrize("case", ["per_tensor", "per_channel", "residual", "depthwise", "int8", "clip"])
+def test_int8_convolution_equals_the_qdq_graph(case, backend):
+    model = qdq_conv_block(per_channel=case != "per_tensor", residual=case == "residual",
+                           groups=8 if case == "depthwise" else 1,
+                           activation=np.int8 if case == "int8" else np.uint8,
+                           act="Clip" if case == "clip" else "Relu")
+    assert_within_one_step(model, 0.12 if case == "residual" else 0.1, backend)
+
+
+@pytest.mark.parametrize("backend", ["auto", "torch"])
+@pytest.mark.parametrize("trans_b,per_channel,act", [(True, True, False), (False, True, True), (True, False, True)])
+def test_int8_product_equals_the_qdq_graph(trans_b, per_channel, act, backend):
+    assert_within_one_step(qdq_linear(trans_b, per_channel, rows=(4,) if trans_b else (2, 5), act=act), 0.2, backend)
+
+
+# ---- negative: what stays as it is, and why -------------------------------------------------
+
+def _with_input_scale(model: onnx.ModelProto) -> onnx.ModelProto:
+    """x's scale a graph input, not a constant."""
+    init = [i for i in model.graph.initializer if i.name != "x_scale"]
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(init)
+    model.graph.input.append(helper.make_tensor_value_info("x_scale", onnx.TensorProto.FLOAT, []))
+    return model
+
+
+def test_a_scale_computed_at_run_time_is_a_near_miss():
+    graph, report = fuse(_with_input_scale(qdq_conv_block()))
+    assert "autofusion::QuantizedConv" not in ops(graph)
+    assert "is not one constant" in near_miss(report, "QuantizedConvFusionOp")
+
+
+def test_weight_scales_along_another_axis_are_a_near_miss():
+    model = qdq_conv_block(per_channel=True, channels=8)
+    scale = next(i for i in model.graph.initializer if i.name == "w_scale")
+    values = numpy_helper.to_array(scale)
+    scale.CopyFrom(numpy_helper.from_array(values, "w_scale"))
+    next(n for n in model.graph.node if n.name == "w_dq").attribute[0].i = 1   # axis 1: input channels
+    graph, report = fuse(model)
+    assert "autofusion::QuantizedConv" not in ops(graph)
+    assert "not the weight's output channels" in near_miss(report, "QuantizedConvFusionOp")
+
+
+def test_sixteen_bit_quantization_is_a_near_miss():
+    q = QdqGraph(activation=np.uint16)
+    xq = q.quantize("x", 0.05, 100)
+    w, scales = q.weight("w", (4, 4, 1, 1), per_channel=False)
+    y = q.node("Conv", [q.dequantize(xq, "conv"), w], "conv")
+    graph, report = fuse(q.model({"x": (1, 4, 4, 4)}, q.dequantize(q.quantize(y, 0.1, 7), "out"), opset=21))
+    assert "autofusion::QuantizedConv" not in ops(graph)
+    assert "the int8 ops take uint8 and int8" in near_miss(report, "QuantizedConvFusionOp")
+
+
+def test_a_weight_zero_point_runs_on_pytorch_and_the_plan_says_why():
+    model = qdq_conv_block(per_channel=False)
+    zp = next(i for i in model.graph.initializer if i.name == "w_zp")
+    zp.CopyFrom(numpy_helper.from_array(np.array(3, np.int8), "w_zp"))
+    compiled = autofusion.compile(model)
+    assert "weight's zero point 'w_zp' is not 0" in str(compiled.plan)
+    assert_within_one_step(model, 0.1)
