@@ -1,0 +1,86 @@
+"""The native int8 steps: quantize and dequantize (the runtime's own loops) with ONNX's rounding,
+half to even, and saturation; integers in and out of a partition; the int8 convolution and
+product running natively, their ties rounded as the Q/DQ graph rounds them."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import autofusion
+from autofusion.backend.native import unavailable
+from tests.helpers import qdq_conv_block, qdq_linear
+
+pytestmark = pytest.mark.skipif(unavailable() is not None, reason=f"native backend: {unavailable()}")
+
+TYPES = {np.uint8: TensorProto.UINT8, np.int8: TensorProto.INT8, np.float32: TensorProto.FLOAT}
+
+
+def model(nodes, inputs: dict, output: tuple, consts: dict):
+    graph = helper.make_graph(
+        nodes, "int8", [helper.make_tensor_value_info(n, TYPES[t], list(s)) for n, (t, s) in inputs.items()],
+        [helper.make_tensor_value_info(output[0], TYPES[output[1]], None)],
+        [numpy_helper.from_array(np.asarray(v), n) for n, v in consts.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+
+
+def native_steps(compiled) -> str:
+    plan = str(compiled.plan)
+    assert "on PyTorch" not in plan or " 0 node(s) on PyTorch" in plan, plan
+    return plan
+
+
+@pytest.mark.parametrize("qtype,zero_point", [(np.uint8, 3), (np.int8, -5)])
+def test_quantize_rounds_ties_to_even_and_saturates(qtype, zero_point):
+    scale = np.float32(0.5)
+    x = ((np.arange(-300, 300) + 0.5) * scale).astype(np.float32)   # x / scale: every half integer
+    m = model([helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"], name="q")],
+              {"x": (np.float32, x.shape)}, ("y", qtype), {"s": scale, "z": np.array(zero_point, qtype)})
+    compiled = autofusion.compile(m)
+    assert "runtime quantize" in native_steps(compiled)
+    info = np.iinfo(qtype)
+    want = np.clip(np.rint(x / scale) + zero_point, info.min, info.max).astype(qtype)
+    got = compiled.run({"x": x})["y"]
+    assert got.dtype == qtype
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("qtype,zero_point", [(np.uint8, 131), (np.int8, 7)])
+def test_dequantize_reads_the_callers_integers(qtype, zero_point):
+    info = np.iinfo(qtype)
+    x = np.arange(info.min, info.max + 1).astype(qtype).reshape(1, -1)
+    m = model([helper.make_node("DequantizeLinear", ["x", "s", "z"], ["y"], name="dq")],
+              {"x": (qtype, x.shape)}, ("y", np.float32), {"s": np.float32(0.037), "z": np.array(zero_point, qtype)})
+    compiled = autofusion.compile(m)
+    assert "runtime dequantize" in native_steps(compiled)
+    np.testing.assert_array_equal(compiled.run({"x": x})["y"],
+                                  (x.astype(np.int32) - zero_point).astype(np.float32) * np.float32(0.037))
+
+
+def test_int8_convolution_rounds_ties_to_even():
+    """A 1x1 convolution by the identity, x's scale 1 and y's 2: every odd input lands on a tie,
+    which the s32 sum meets exactly; the result is the graph's, bit for bit."""
+    c = 16
+    x = np.arange(c * 4 * 4, dtype=np.float32).reshape(1, c, 4, 4) % 256
+    m = model([helper.make_node("QuantizeLinear", ["x", "one", "zu"], ["xq"], name="qx"),
+               helper.make_node("DequantizeLinear", ["xq", "one", "zu"], ["xd"], name="dqx"),
+               helper.make_node("DequantizeLinear", ["wq", "one", "zs"], ["w"], name="dqw"),
+               helper.make_node("Conv", ["xd", "w"], ["y"], name="conv"),
+               helper.make_node("QuantizeLinear", ["y", "two", "zu"], ["yq"], name="qy"),
+               helper.make_node("DequantizeLinear", ["yq", "two", "zu"], ["out"], name="dqy")],
+              {"x": (np.float32, x.shape)}, ("out", np.float32),
+              {"one": np.float32(1), "two": np.float32(2), "zu": np.uint8(0), "zs": np.int8(0),
+               "wq": np.eye(c, dtype=np.int8).reshape(c, c, 1, 1)})
+    compiled = autofusion.compile(m)
+    assert "autofusion::QuantizedConv) via onednn" in native_steps(compiled)
+    np.testing.assert_array_equal(compiled.run({"x": x})["out"], np.rint(x / 2) * 2)
+
+
+@pytest.mark.parametrize("build", [lambda: qdq_conv_block(residual=True), lambda: qdq_conv_block(groups=8),
+                                   lambda: qdq_linear(trans_b=False, rows=(2, 5))],
+                         ids=["residual", "depthwise", "matmul"])
+def test_a_qdq_graph_runs_in_one_native_partition_on_int8_kernels(build):
+    compiled = autofusion.compile(build())
+    plan = native_steps(compiled)
+    assert "1 native partition(s)" in plan
+    assert any(f"autofusion::{op}) via onednn" in plan for op in ("QuantizedConv", "QuantizedMatMul"))
