@@ -128,6 +128,14 @@ def quantized_matmul(op: GraphBuilder, node: Node, a, b, c, a_scale, a_zero_poin
     return [op.QuantizeLinear(apply_activation(op, node, y), y_scale, y_zero_point)]
 
 
+@fused_op("QuantizedAdd", OpClass.ELEMWISE)
+def quantized_add(op: GraphBuilder, node: Node, a, b, a_scale, a_zero_point, b_scale, b_zero_point,
+                  y_scale, y_zero_point=None):
+    """Q(act(DQ(a) + DQ(b))): a residual's sum of integers, requantized."""
+    y = op.Add(op.DequantizeLinear(a, a_scale, a_zero_point), op.DequantizeLinear(b, b_scale, b_zero_point))
+    return [op.QuantizeLinear(apply_activation(op, node, y), y_scale, y_zero_point)]
+
+
 @fused_op("LayerNorm", OpClass.REDUCTION, same_as_input)
 def layer_norm(op: GraphBuilder, node: Node, x, scale=None, bias=None, residual=None):
     """LayerNormalization(x + residual): layer norm over the axes from `axis` on, with the

@@ -997,6 +997,25 @@ def _int8_quantization(node: Node, p: PartitionSource) -> tuple:
             _zero_point(node.input(8)))
 
 
+def check_quantized_add(node: Node) -> str | None:
+    a, b = node.inputs[0], node.inputs[1]
+    return first(dense(node, (0, 1), types=INTEGERS), _per_tensor(node, 2, 3, 4, 5, 6, 7),
+                 None if a.shape == b.shape else "its operands' shapes differ: the int8 sum does not broadcast",
+                 None if node.attr("activation", "") in ("", "Relu", "Clip") else "an activation other than a clamp")
+
+
+@native(fused("QuantizedAdd"), check=check_quantized_add, tensors=(0, 1))
+def emit_quantized_add(node: Node, p: PartitionSource) -> None:
+    """The runtime's own loop: both sides dequantized, added, clamped (ReLU, Clip) and quantized
+    in one pass over the integers, each step in f32 as the Q/DQ graph takes it."""
+    name, (_, params) = node.attr("activation", ""), activation(node)
+    low, high = {"": (-math.inf, math.inf), "Relu": (0.0, math.inf)}.get(name) or tuple(params)   # Clip's (min, max)
+    p.call("qadd", p.out(node), p.ref(node.inputs[0]), p.ref(node.inputs[1]),
+           p.float(_scale(node.inputs[2])), _zero_point(node.input(3)), p.float(_scale(node.inputs[4])),
+           _zero_point(node.input(5)), p.float(_scale(node.inputs[6])), _zero_point(node.input(7)),
+           p.float(low), p.float(high))
+
+
 def check_quantized_conv(node: Node) -> str | None:
     return first(_int8_problem(node), None if node.inputs[0].rank in (3, 4, 5) else "1-D to 3-D convolutions only")
 

@@ -243,3 +243,15 @@ def _quantized_matmul(node: Node) -> Kernel:
         y = a @ (w.T if trans_b else w)
         return y if c is None else y + c
     return _quantized_op(node, product)
+
+
+@kernel(fused("QuantizedAdd"))
+def _quantized_add(node: Node) -> Kernel:
+    """Q(act(DQ(a) + DQ(b))) in float32."""
+    act = torch_activation(node)
+    out = torch_dtype(node.outputs[0].dtype, f"{node.name}: ")
+
+    def run(a, b, a_scale, a_zero_point, b_scale, b_zero_point, y_scale, y_zero_point=None):
+        y = dequantize(a, a_scale, a_zero_point) + dequantize(b, b_scale, b_zero_point)
+        return quantize(y if act is None else act(y), y_scale, y_zero_point, out)
+    return run

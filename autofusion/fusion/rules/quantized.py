@@ -3,6 +3,7 @@ QuantizeLinear after it, as the int8 op it stands for.
 
     QuantizedConv(x, w, b, ...)   = Q(act(Conv(DQ(x), DQ(w), b)))
     QuantizedMatMul(a, b, c, ...) = Q(act(DQ(a)·DQ(b)ᵀ? + c))
+    QuantizedAdd(a, b, ...)       = Q(act(DQ(a) + DQ(b)))
     MaxPool(x)                    = Q(MaxPool(DQ(x)))   with one scale and zero point
 
 A quantizer (ONNX Runtime's `quantize_static`, a framework's QAT export) writes every quantized op
@@ -22,7 +23,7 @@ import numpy as np
 from ...ir import DType, Node, Value
 from ...ir.activations import activation_of
 from ..pattern import Match
-from ..rule import Rule, describe
+from ..rule import Rule, describe, dims
 from .conv import activation_problem, conv_geometry, explicit_pads
 
 INTEGER_TYPES = (DType.UINT8, DType.INT8)
@@ -63,6 +64,19 @@ def quantized_matmul(op, x, x_scale, w, w_scale, y_scale, x_zero_point=None, w_z
     y = op.MatMul(_dequantized(op, x, x_scale, x_zero_point, "dq_x"),
                   _dequantized(op, w, w_scale, w_zero_point, "dq_w"), _name="product")
     return op.QuantizeLinear(op.Optional.Relu(y, _name="act"), y_scale, y_zero_point, _name="q")
+
+
+def quantized_add(op, a, a_scale, b, b_scale, y_scale, a_zero_point=None, b_zero_point=None, y_zero_point=None):
+    y = op.Add(_dequantized(op, a, a_scale, a_zero_point, "dq_a"), _dequantized(op, b, b_scale, b_zero_point, "dq_b"),
+               _name="add")
+    return op.QuantizeLinear(op.Optional.Relu(y, _name="act"), y_scale, y_zero_point, _name="q")
+
+
+def quantized_add_clip(op, a, a_scale, b, b_scale, y_scale, a_zero_point=None, b_zero_point=None,
+                       y_zero_point=None, low=None, high=None):
+    y = op.Add(_dequantized(op, a, a_scale, a_zero_point, "dq_a"), _dequantized(op, b, b_scale, b_zero_point, "dq_b"),
+               _name="add")
+    return op.QuantizeLinear(op.Clip(y, low, high, _name="act"), y_scale, y_zero_point, _name="q")
 
 
 def quantized_max_pool(op, x, scale, zero_point=None):
@@ -166,6 +180,23 @@ def _bias_problem(m: Match) -> str | None:
     return None
 
 
+def check_add(m: Match) -> str | None:
+    """8-bit integers of one shape each side (no broadcasting), every scale and zero point one
+    constant."""
+    add, q = m.node("add"), m.node("q")
+    for dq in (m.node("dq_a"), m.node("dq_b")):
+        x = dq.inputs[0]
+        if x.dtype not in INTEGER_TYPES or dq.attr("block_size", 0):
+            return f"{describe(dq)}: {x.name!r} is not 8-bit integers quantized per tensor"
+        if not all(_per_tensor(v) for v in dq.inputs[1:]):
+            return f"{describe(dq)}: its scale or zero point is not one constant"
+    if q.outputs[0].dtype not in INTEGER_TYPES or not all(_per_tensor(v) for v in q.inputs[1:]):
+        return f"{describe(q)}: not an 8-bit quantization by one constant scale"
+    if m.a.shape is None or m.a.shape != m.b.shape:
+        return f"{describe(add)}: operands of shapes {dims(m.a)} and {dims(m.b)}; the int8 sum takes one shape"
+    return m.has("act") and activation_problem(m.node("act")) or None
+
+
 def check_max_pool(m: Match) -> str | None:
     dq_x, q = m.node("dq_x"), m.node("q")
     if q.outputs[0].dtype not in INTEGER_TYPES or dq_x.attr("block_size", 0):
@@ -214,6 +245,12 @@ def replace_product(op, m: Match) -> Value:
                               axis=_output_axis(product, m.w), trans_b=trans_b, **_activation(m))
 
 
+def replace_add(op, m: Match) -> Value:
+    dq_a, dq_b, q = m.node("dq_a"), m.node("dq_b"), m.node("q")
+    return op.QuantizedAdd(m.a, m.b, dq_a.inputs[1], dq_a.input(2), dq_b.inputs[1], dq_b.input(2), q.inputs[1],
+                           q.input(2), **_activation(m))
+
+
 def replace_max_pool(op, m: Match) -> Value:
     pool = m.node("pool")
     return op.MaxPool(m.x, _domain="", **pool.attrs)
@@ -228,6 +265,10 @@ RULES = [
          "DequantizeLinear → Gemm/MatMul (+Relu) → QuantizeLinear → QuantizedMatMul: an int8 product, "
          "its output requantized",
          [quantized_gemm, quantized_matmul], replace_product, check_product, named_after="product"),
+    Rule("QuantizedAddFusionOp", 1,
+         "DequantizeLinear ×2 → Add (+Relu/Clip) → QuantizeLinear → QuantizedAdd: a residual's sum in one "
+         "pass over the integers",
+         [quantized_add, quantized_add_clip], replace_add, check_add, named_after="add"),
     Rule("QuantizedMaxPoolFusionOp", 1,
          "DequantizeLinear → MaxPool → QuantizeLinear with one scale → MaxPool over the integers",
          [quantized_max_pool], replace_max_pool, check_max_pool, applies_max_pool, named_after="pool"),

@@ -29,15 +29,37 @@ dt onednn_type(Type t) {
 template <class Q>
 void quantize_into(const float* x, Q* y, int64_t n, float scale, int zero_point) {
   constexpr float lo = std::is_signed<Q>::value ? -128.f : 0.f, hi = std::is_signed<Q>::value ? 127.f : 255.f;
-#pragma omp parallel for simd schedule(static) if (n >= PARALLEL_FROM)
+#pragma omp parallel for schedule(static) if (n >= PARALLEL_FROM)   // (GCC vectorises it; `simd` stops it)
   for (int64_t i = 0; i < n; ++i)
-    y[i] = Q(std::min(hi, std::max(lo, std::nearbyint(x[i] / scale) + float(zero_point))));
+    y[i] = Q(int32_t(std::min(hi, std::max(lo, std::nearbyint(x[i] / scale) + float(zero_point)))));
 }
 
 template <class Q>
 void dequantize_into(const Q* x, float* y, int64_t n, float scale, int zero_point) {
-#pragma omp parallel for simd schedule(static) if (n >= PARALLEL_FROM)
+#pragma omp parallel for schedule(static) if (n >= PARALLEL_FROM)   // (GCC vectorises it; `simd` stops it)
   for (int64_t i = 0; i < n; ++i) y[i] = float(int32_t(x[i]) - zero_point) * scale;
+}
+
+// Q(clamp(DQ(a) + DQ(b), low, high)) over n values, each step as the Q/DQ graph takes it in f32
+template <class A, class B, class Y>
+void added_into(const A* a, const B* b, Y* y, int64_t n, const float* scales, const int* zero_points, float low,
+                float high) {
+  constexpr float lo = std::is_signed<Y>::value ? -128.f : 0.f, hi = std::is_signed<Y>::value ? 127.f : 255.f;
+  const float sa = scales[0], sb = scales[1], sy = scales[2];
+  const int za = zero_points[0], zb = zero_points[1], zy = zero_points[2];
+#pragma omp parallel for schedule(static) if (n >= PARALLEL_FROM)   // (GCC vectorises it; `simd` stops it)
+  for (int64_t i = 0; i < n; ++i) {
+    const float sum = float(int32_t(a[i]) - za) * sa + float(int32_t(b[i]) - zb) * sb;
+    const float x = std::min(high, std::max(low, sum));
+    y[i] = Y(int32_t(std::min(hi, std::max(lo, std::nearbyint(x / sy) + float(zy)))));
+  }
+}
+
+// f(T{}) with T the C++ type of the 8-bit type t
+template <class F>
+void with_type(dt t, F f) {
+  if (t == dt::u8) f(uint8_t{});
+  else f(int8_t{});
 }
 
 // one f32 or s32 value, as a primitive's run-time scale or zero point reads it
@@ -99,6 +121,42 @@ void Partition::dequantize(int dst, int src, float scale, int zero_point) {
     else dequantize_into(static_cast<const int8_t*>(x), out, n, scale, zero_point);
   };
   own.kernel = "runtime dequantize";
+  m.execs.push_back(std::move(own));
+  m.finish(dst, y);
+}
+
+void Partition::qadd(int dst, int a, int b, float a_scale, int a_zero_point, float b_scale, int b_zero_point,
+                     float y_scale, int y_zero_point, float low, float high) {
+  Impl& m = *impl_;
+  a = m.dense(a);
+  const memory::desc& layout = m.md_of(a);
+  b = m.ensure(m.dense(b), retyped(layout, m.md_of(b).get_data_type()));   // b in a's layout
+  const dt ta = layout.get_data_type(), tb = m.md_of(b).get_data_type(), ty = m.val(dst).type;
+  for (dt t : {ta, tb, ty})
+    if (t != dt::u8 && t != dt::s8) m.fail("an int8 sum reads and writes u8 or s8");
+  const int y = m.produce(dst, retyped(layout, ty));
+  Exec own{dnnl::primitive(), {Impl::use(DNNL_ARG_SRC_0, a), Impl::use(DNNL_ARG_SRC_1, b), Impl::use(DNNL_ARG_DST, y)},
+           {}, m.node, m.step};
+  const float scales[3] = {a_scale, b_scale, y_scale};
+  const int zero_points[3] = {a_zero_point, b_zero_point, y_zero_point};
+  own.own = [=](Exec& e) {
+    const void* pa = e.bound[DNNL_ARG_SRC_0].get_data_handle();
+    const void* pb = e.bound[DNNL_ARG_SRC_1].get_data_handle();
+    void* py = e.bound[DNNL_ARG_DST].get_data_handle();
+    const int64_t n = int64_t(e.bound[DNNL_ARG_SRC_0].get_desc().get_size());
+    with_type(ta, [&](auto va) {
+      with_type(tb, [&](auto vb) {
+        with_type(ty, [&](auto vy) {
+          using A = decltype(va);
+          using B = decltype(vb);
+          using Y = decltype(vy);
+          added_into(static_cast<const A*>(pa), static_cast<const B*>(pb), static_cast<Y*>(py), n, scales,
+                     zero_points, low, high);
+        });
+      });
+    });
+  };
+  own.kernel = "runtime int8 add";
   m.execs.push_back(std::move(own));
   m.finish(dst, y);
 }

@@ -1,0 +1,183 @@
+"""`python -m autofusion.benchmarks.quantized`: quantized (QDQ) models, side by side.
+
+Each model of the zoo (models.py) is exported in fp32 and quantized by ONNX Runtime's own tool
+(`quantize_static`, QDQ format, int8 weights per channel, uint8 activations, calibrated on fixed
+random inputs), and the same file runs on:
+
+    autofusion L2   the int8 ops its rules make (fusion/rules/quantized.py), natively
+    ORT (all)       ONNX Runtime with every optimisation (its fused QDQ kernels)
+    OpenVINO        OpenVINO's CPU plugin, default settings (int8 where the file says so)
+
+    correct   each system's output against ONNX Runtime with its optimiser off (the Q/DQ graph as
+              written) in steps of the output's quantization: the largest, and the share of
+              values a step or more apart; top-1 and top-5 agreement over --inputs fixed inputs
+    speed     alternating in blocks of runs over rounds (measure.py); L2 against the faster peer,
+              round by round
+
+    python -m autofusion.benchmarks.quantized --models resnet50,mobilenet_v3_large --rounds 8
+
+Files go to --out/onnx/quantized (reused), results to --out/quantized.md and .json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import torch
+
+from ..measure import time_in_blocks
+from . import timing
+from .models import example_inputs, export_onnx
+from .runner import short_error
+from .systems import Autofusion, ModelCase, OnnxRuntime, OpenVino, as_arrays
+
+CALIBRATION = 8   # fixed random inputs the quantizer calibrates on
+
+
+def quantized(name: str, out: Path) -> Path:
+    """The model quantized by ONNX Runtime's tool (made once, reused)."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{name}.qdq.onnx"
+    if path.exists():
+        return path
+    fp32, prepared = out / f"{name}.onnx", out / f"{name}.prepared.onnx"
+    export_onnx(name, fp32)
+    quant_pre_process(str(fp32), str(prepared))   # what the tool asks for first (shapes, folding)
+    inputs = example_inputs(name, 1)
+
+    class Calibration(CalibrationDataReader):
+        def __init__(self):
+            self.batches = iter([{k: _random_like(v, seed) for k, v in inputs.items()} for seed in range(CALIBRATION)])
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    quantize_static(str(prepared), str(path), Calibration(), quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    return path
+
+
+def _random_like(t: torch.Tensor, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal(t.shape).astype(np.float32) if t.is_floating_point() else t.numpy()
+
+
+def output_step(path: Path) -> float | None:
+    """The scale of the last DequantizeLinear before the first output: one step of it."""
+    model = onnx.load(str(path), load_external_data=False)
+    inits = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer}
+    made_by = {o: n for n in model.graph.node for o in n.output}
+    node = made_by.get(model.graph.output[0].name)
+    scale = inits.get(node.input[1]) if node is not None and node.op_type == "DequantizeLinear" else None
+    return None if scale is None or scale.size != 1 else float(scale)
+
+
+def first_output(system, feed: dict[str, torch.Tensor]) -> np.ndarray:
+    """The system's first output for these inputs (its own feeds stay those it times)."""
+    if isinstance(system, Autofusion):
+        return as_arrays(system.model(**{n: feed[n] for n in system.model.input_names}))[0]
+    if isinstance(system, OnnxRuntime):
+        return system.session.run(None, {i.name: feed[i.name].numpy() for i in system.session.get_inputs()})[0]
+    ports = {k: feed[next(n for n in port.get_names() if n in feed)].numpy()
+             for k, port in enumerate(system.compiled.inputs)}
+    return system.request.infer(ports).to_tuple()[0]
+
+
+def agreement(outputs: list[np.ndarray], reference: list[np.ndarray], k: int) -> float:
+    """The share of inputs whose top-k classes (as a set) match the reference's."""
+    same = [set(np.argsort(-o.reshape(-1))[:k]) == set(np.argsort(-r.reshape(-1))[:k])
+            for o, r in zip(outputs, reference)]
+    return float(np.mean(same))
+
+
+def run_model(name: str, out: Path, args) -> dict:
+    path = quantized(name, out / "onnx" / "quantized")
+    inputs = example_inputs(name, 1)
+    row: dict = {"model": name, "file": str(path), "errors": {}, "compile_s": {}, "correct": {}}
+    case = ModelCase(name, str(path), inputs, None, args.threads)
+    systems = {"ORT (off)": OnnxRuntime("ORT_DISABLE_ALL"), "ORT (all)": OnnxRuntime("ORT_ENABLE_ALL"),
+               "autofusion L2": Autofusion(2), "OpenVINO": OpenVino("default")}
+    feeds = [{k: torch.from_numpy(_random_like(v, 100 + i)) for k, v in inputs.items()} for i in range(args.inputs)]
+    step = output_step(path)
+    answers, ready = {}, {}
+    for label, system in systems.items():
+        try:
+            system.load(case)
+            start = time.perf_counter()
+            system.compile()
+            row["compile_s"][label] = round(time.perf_counter() - start, 3)
+            answers[label] = [first_output(system, feed) for feed in feeds]   # the same inputs for all
+        except Exception as e:  # noqa: BLE001 - one system's failure is a result, the others go on
+            row["errors"][label] = short_error(e)
+            continue
+        if label != "ORT (off)":
+            ready[label] = system.run
+        if label == "autofusion L2":
+            row["plan"] = system.model.plan.summary()
+    reference = answers.get("ORT (off)")
+    for label, outs in answers.items():
+        if reference is None or label == "ORT (off)":
+            continue
+        diff = np.concatenate([np.abs(o.astype(np.float64) - r).reshape(-1) for o, r in zip(outs, reference)])
+        row["correct"][label] = {
+            "max_steps": None if step is None else round(float(diff.max() / step), 3),
+            "share_a_step_apart": None if step is None else round(float((diff > step / 2).mean()), 5),
+            "top1": agreement(outs, reference, 1), "top5": agreement(outs, reference, 5)}
+    times = time_in_blocks(ready, rounds=args.rounds, block=args.block, warmup=args.warmup, pause_s=0.2,
+                           describe_error=short_error)
+    rounds = {k: timing.round_medians(v, args.block) for k, v in times.samples.items() if v}
+    row["median_ms"] = {k: round(float(np.median(v)), 3) for k, v in rounds.items()}
+    vs = timing.against_faster(rounds, "autofusion L2", ("ORT (all)", "OpenVINO"))
+    if vs is not None:
+        row["vs_best_peer"] = round(vs, 3)
+    row["errors"].update(times.errors)
+    return row
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| model | autofusion L2 | ORT (all) | OpenVINO | L2 vs best | L2 max steps | L2 top-1 | ORT (all) max steps |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        ms, ok = r.get("median_ms", {}), r.get("correct", {})
+        cell = lambda d, k: "-" if d.get(k) is None else f"{d[k]:.2f}"   # noqa: E731
+        lines.append(f"| {r['model']} | {cell(ms, 'autofusion L2')} | {cell(ms, 'ORT (all)')} | "
+                     f"{cell(ms, 'OpenVINO')} | {r.get('vs_best_peer', '-')}x | "
+                     f"{ok.get('autofusion L2', {}).get('max_steps', '-')} | "
+                     f"{ok.get('autofusion L2', {}).get('top1', '-')} | "
+                     f"{ok.get('ORT (all)', {}).get('max_steps', '-')} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--models", default="resnet50,mobilenet_v3_large")
+    p.add_argument("--out", type=Path, default=Path("benchmark-results"))
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=8)
+    p.add_argument("--block", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--inputs", type=int, default=16, help="fixed random inputs for correctness and agreement")
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    rows = []
+    for name in args.models.split(","):
+        try:
+            rows.append(run_model(name, args.out, args))
+        except Exception as e:  # noqa: BLE001 - a model that cannot be built is a result
+            rows.append({"model": name, "skipped": short_error(e)})
+        print(json.dumps(rows[-1]), flush=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "quantized.json").write_text(json.dumps(rows, indent=1))
+    (args.out / "quantized.md").write_text(table([r for r in rows if "skipped" not in r]) + "\n")
+    print(table([r for r in rows if "skipped" not in r]))
+
+
+if __name__ == "__main__":
+    main()
