@@ -44,14 +44,26 @@ def test_conv_between_dequantize_and_quantize_is_one_int8_convolution(act):
     assert matched(report, "QuantizedConvFusionOp") == 1
 
 
-def test_a_dequantized_input_read_twice_is_copied_for_each_reader():
-    """The residual block: x's integers feed the convolution and the Add; the convolution still
-    fuses, and the copies no rule took merge back into one."""
+def test_a_residual_block_is_an_int8_convolution_and_an_int8_sum():
+    """x's integers feed the convolution and the Add: each reads its own copy of their
+    DequantizeLinear, and both fuse; the sum reads the integers of both sides."""
     graph, report = fuse(qdq_conv_block(residual=True))
-    assert ops(graph).count("autofusion::QuantizedConv") == 1
-    dequantized_x = [n for n in graph.nodes if n.op == "DequantizeLinear" and n.inputs[0].name == "x_q"]
-    assert len(dequantized_x) == 1
+    assert ops(graph) == ["QuantizeLinear", "autofusion::QuantizedConv", "autofusion::QuantizedAdd",
+                          "DequantizeLinear"]
+    add = graph.nodes[2]
+    assert [v.name for v in add.inputs[:2]] == ["act_q", "x_q"] and add.outputs[0].dtype.name == "UINT8"
     assert report.passes["DequantizeLinear copied for each reader"] == 1
+    assert matched(report, "QuantizedAddFusionOp") == 1
+
+
+def test_copies_no_rule_took_merge_back():
+    """An Add with no QuantizeLinear after it stays float: the copies of x's DequantizeLinear made
+    for each reader merge back into one."""
+    q = QdqGraph()
+    xq = q.quantize("x", 0.05, 100)
+    s = q.node("Add", [q.dequantize(xq, "a"), q.dequantize(xq, "b")], "s")
+    graph, _ = fuse(q.model({"x": (1, 4)}, s))
+    assert ops(graph) == ["QuantizeLinear", "DequantizeLinear", "Add"]
 
 
 @pytest.mark.parametrize("trans_b", [True, False], ids=["Gemm", "MatMul"])
