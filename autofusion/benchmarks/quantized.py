@@ -161,9 +161,14 @@ ROW = "quantized row: "
 
 
 def in_child(name: str, args) -> dict:
-    """One model in a process of its own: a model's systems and their threads, left from the one
-    before, slowed the next one's runs (MobileNetV3-L after ResNet-50: 17 ms, alone 2.4)."""
-    command = [sys.executable, "-m", "autofusion.benchmarks.quantized", "--one", name, "--out", str(args.out),
+    """One model quantized in a process of its own, then measured in another: what a process
+    did before slowed autofusion's runs after it (a model exported and quantized in the same
+    process: EfficientNet-B4 61 ms against 30, the cause not found; MobileNetV3-L after
+    ResNet-50's systems: 17 ms against 2.4)."""
+    common = ["--out", str(args.out)]
+    subprocess.run([sys.executable, "-m", "autofusion.benchmarks.quantized", "--prepare", name, *common],
+                   capture_output=True, text=True)
+    command = [sys.executable, "-m", "autofusion.benchmarks.quantized", "--one", name, *common,
                "--threads", str(args.threads), "--rounds", str(args.rounds), "--block", str(args.block),
                "--warmup", str(args.warmup), "--inputs", str(args.inputs)]
     done = subprocess.run(command, capture_output=True, text=True)
@@ -183,9 +188,13 @@ def main(argv=None) -> None:
     p.add_argument("--block", type=int, default=10)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--inputs", type=int, default=16, help="fixed random inputs for correctness and agreement")
-    p.add_argument("--one", help=argparse.SUPPRESS)   # the child process of one model
+    p.add_argument("--one", help=argparse.SUPPRESS)   # the child process measuring one model
+    p.add_argument("--prepare", help=argparse.SUPPRESS)   # the child process quantizing one model
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.prepare:
+        quantized(args.prepare, args.out / "onnx" / "quantized")
+        return
     if args.one:
         try:
             row = run_model(args.one, args.out, args)

@@ -302,8 +302,9 @@ def _pool_window(node: Node) -> tuple[list[int], list[int], list[int], list[int]
 def check_pool(node: Node) -> str | None:
     """oneDNN pools float32, and the integers of a quantized model where the pool commutes with
     their quantization (a max)."""
-    types = FLOAT + INTEGERS if "Max" in node.op_type else FLOAT
-    why = first(dense(node, (0,), types=types), None if node.inputs[0].rank in (3, 4, 5) else "1-D to 3-D pools only")
+    integers = "Max" in node.op_type and node.inputs[0].dtype in INTEGERS
+    why = first(dense(node, (0,), types=FLOAT + INTEGERS if integers else FLOAT), integers and _computed(node, 0),
+                None if node.inputs[0].rank in (3, 4, 5) else "1-D to 3-D pools only")
     if why:
         return why
     if node.op_type == "AveragePool" and node.attr("count_include_pad", 0):
@@ -937,6 +938,14 @@ def _per_tensor(node: Node, *inputs: int) -> str | None:
     return None
 
 
+def _computed(node: Node, *inputs: int) -> str | None:
+    """A constant of integers is not held as such (the program's constants are f32)."""
+    for i in inputs:
+        if node.inputs[i].const is not None:
+            return f"input {node.inputs[i].name!r} is a constant: a native int8 step reads computed integers"
+    return None
+
+
 def _scale(v: Value) -> float:
     return float(np.float32(v.const.reshape(-1)[0]))
 
@@ -960,9 +969,8 @@ def emit_quantize(node: Node, p: PartitionSource) -> None:
 
 
 def check_dequantize(node: Node) -> str | None:
-    if node.inputs[0].const is not None:   # a weight: folded at level 1, once on PyTorch at level 0
-        return "its input is a constant: a weight, which level 1 folds"
-    return first(dense(node, (0,), types=INTEGERS, output_types=FLOAT), _per_tensor(node, 1, 2),
+    return first(_computed(node, 0),   # a weight: folded at level 1
+                 dense(node, (0,), types=INTEGERS, output_types=FLOAT), _per_tensor(node, 1, 2),
                  "blocked quantization" if node.attr("block_size", 0) else None)
 
 
@@ -984,8 +992,8 @@ def _int8_problem(node: Node) -> str | None:
         return f"the weight's zero point {w_zero_point.name!r} is not 0: oneDNN's int8 kernels take none"
     if w_scale.const is None:
         return f"the weight's scale {w_scale.name!r} is not a constant"
-    return first(dense(node, (0,), types=INTEGERS, output_types=INTEGERS), _per_tensor(node, 3, 4, 7, 8),
-                 constant(node, 2, "bias"))
+    return first(_computed(node, 0), dense(node, (0,), types=INTEGERS, output_types=INTEGERS),
+                 _per_tensor(node, 3, 4, 7, 8), constant(node, 2, "bias"))
 
 
 def _weight_scales(node: Node, p: PartitionSource) -> int:
@@ -999,7 +1007,7 @@ def _int8_quantization(node: Node, p: PartitionSource) -> tuple:
 
 def check_quantized_add(node: Node) -> str | None:
     a, b = node.inputs[0], node.inputs[1]
-    return first(dense(node, (0, 1), types=INTEGERS), _per_tensor(node, 2, 3, 4, 5, 6, 7),
+    return first(_computed(node, 0, 1), dense(node, (0, 1), types=INTEGERS), _per_tensor(node, 2, 3, 4, 5, 6, 7),
                  None if a.shape == b.shape else "its operands' shapes differ: the int8 sum does not broadcast",
                  None if node.attr("activation", "") in ("", "Relu", "Clip") else "an activation other than a clamp")
 

@@ -6,6 +6,8 @@ QuantizeLinear after it, as the int8 op it stands for.
     QuantizedAdd(a, b, ...)       = Q(act(DQ(a) + DQ(b)))
     MaxPool(x)                    = Q(MaxPool(DQ(x)))   with one scale and zero point
 
+and the QOperator format's QLinearConv and QLinearMatMul, which are the first two as one node.
+
 A quantizer (ONNX Runtime's `quantize_static`, a framework's QAT export) writes every quantized op
 this way: integer tensors flow between them, each op reading them through a DequantizeLinear and
 writing through a QuantizeLinear. The int8 op keeps the Q/DQ graph's meaning (ONNX's round half to
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ir import DType, Node, Value
+from ...ir import DType, Node, Value, geometry
 from ...ir.activations import activation_of
 from ..pattern import Match
 from ..rule import Rule, describe, dims
@@ -77,6 +79,18 @@ def quantized_add_clip(op, a, a_scale, b, b_scale, y_scale, a_zero_point=None, b
     y = op.Add(_dequantized(op, a, a_scale, a_zero_point, "dq_a"), _dequantized(op, b, b_scale, b_zero_point, "dq_b"),
                _name="add")
     return op.QuantizeLinear(op.Clip(y, low, high, _name="act"), y_scale, y_zero_point, _name="q")
+
+
+# the QOperator format: the int8 op as one ONNX node, its bias int32 at x_scale·w_scale
+
+def qlinear_conv(op, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, b=None):
+    return op.QLinearConv(x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, b,
+                          _name="conv")
+
+
+def qlinear_matmul(op, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point):
+    return op.QLinearMatMul(x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point,
+                            _name="product")
 
 
 def quantized_max_pool(op, x, scale, zero_point=None):
@@ -197,6 +211,41 @@ def check_add(m: Match) -> str | None:
     return m.has("act") and activation_problem(m.node("act")) or None
 
 
+def check_qlinear(m: Match) -> str | None:
+    """A QLinearConv or QLinearMatMul the int8 ops take: 8-bit types, x and y quantized by one
+    constant each, an int8 constant weight with its scales per tensor or per output channel, a
+    constant bias; a convolution's pads fixed."""
+    node = m.node("conv") if m.has("conv") else m.node("product")
+    where = describe(node)
+    for v in (m.x, node.outputs[0]):
+        if v.dtype not in INTEGER_TYPES:
+            return f"{where}: {v.name!r} is not 8-bit integers"
+    for v in (m.x_scale, m.x_zero_point, m.y_scale, m.y_zero_point):
+        if not _per_tensor(v):
+            return f"{where}: {v.name!r} is not one constant; the int8 ops take one per tensor for activations"
+    w, scale, zero_point = m.w, m.w_scale, m.w_zero_point
+    if w.const is None or w.dtype != DType.INT8 or scale.const is None or zero_point.const is None:
+        return f"{where}: the weight, its scale and zero point are not constants of int8"
+    channels = w.const.shape[0 if node.op_type == "QLinearConv" else -1]
+    if w.const.ndim < 2 or scale.const.size not in (1, channels):
+        return f"{where}: {scale.const.size} weight scales for {channels} output channels"
+    b = m.values.get("b")
+    if b is not None and b.const is None:
+        return f"{where}: the bias {b.name!r} is not a constant"
+    if node.op_type == "QLinearConv" and _qlinear_pads(node) is None:
+        return f"{where}: auto_pad needs static input sizes to fix its pads"
+    return None
+
+
+def _qlinear_pads(conv: Node) -> list[int] | None:
+    x, w = conv.inputs[0], conv.inputs[3]
+    nd = w.const.ndim - 2
+    pads = geometry.explicit_pads(conv.attr("auto_pad", "NOTSET"), conv.attr("pads"),
+                                  (x.shape or [None] * (nd + 2))[2:], w.const.shape[2:],
+                                  conv.attr("strides") or [1] * nd, conv.attr("dilations") or [1] * nd)
+    return pads if pads is not None and all(isinstance(p, int) for p in pads) else None
+
+
 def check_max_pool(m: Match) -> str | None:
     dq_x, q = m.node("dq_x"), m.node("q")
     if q.outputs[0].dtype not in INTEGER_TYPES or dq_x.attr("block_size", 0):
@@ -251,6 +300,22 @@ def replace_add(op, m: Match) -> Value:
                            q.input(2), **_activation(m))
 
 
+def replace_qlinear_conv(op, m: Match) -> Value:
+    conv = m.node("conv")
+    b = m.values.get("b")
+    if b is not None:   # the int32 bias in float: B·x_scale·w_scale, as the Q/DQ form holds it
+        scale = np.float32(m.x_scale.const.reshape(-1)[0]) * m.w_scale.const.astype(np.float32).reshape(-1)
+        b = op.constant((b.const.astype(np.float64) * scale).astype(np.float32), f"{b.name}_dequantized")
+    attrs = {k: conv.attrs[k] for k in ("dilations", "group", "strides") if k in conv.attrs}
+    return op.QuantizedConv(m.x, m.w, b, m.x_scale, m.x_zero_point, m.w_scale, m.w_zero_point, m.y_scale,
+                            m.y_zero_point, axis=0, pads=_qlinear_pads(conv), **attrs)
+
+
+def replace_qlinear_matmul(op, m: Match) -> Value:
+    return op.QuantizedMatMul(m.x, m.w, None, m.x_scale, m.x_zero_point, m.w_scale, m.w_zero_point, m.y_scale,
+                              m.y_zero_point, axis=m.w.const.ndim - 1, trans_b=0)
+
+
 def replace_max_pool(op, m: Match) -> Value:
     pool = m.node("pool")
     return op.MaxPool(m.x, _domain="", **pool.attrs)
@@ -265,6 +330,10 @@ RULES = [
          "DequantizeLinear → Gemm/MatMul (+Relu) → QuantizeLinear → QuantizedMatMul: an int8 product, "
          "its output requantized",
          [quantized_gemm, quantized_matmul], replace_product, check_product, named_after="product"),
+    Rule("QLinearConvFusionOp", 1, "QLinearConv (the QOperator format) → QuantizedConv: the same int8 convolution",
+         [qlinear_conv], replace_qlinear_conv, check_qlinear, named_after="conv"),
+    Rule("QLinearMatMulFusionOp", 1, "QLinearMatMul with a constant weight → QuantizedMatMul",
+         [qlinear_matmul], replace_qlinear_matmul, check_qlinear, named_after="product"),
     Rule("QuantizedAddFusionOp", 1,
          "DequantizeLinear ×2 → Add (+Relu/Clip) → QuantizeLinear → QuantizedAdd: a residual's sum in one "
          "pass over the integers",

@@ -150,3 +150,44 @@ def test_a_weight_zero_point_runs_on_pytorch_and_the_plan_says_why():
     compiled = autofusion.compile(model)
     assert "weight's zero point 'w_zp' is not 0" in str(compiled.plan)
     assert_within_one_step(model, 0.1)
+
+
+# ---- the QOperator format -------------------------------------------------------------------
+
+def qlinear_model(op: str, per_channel: bool) -> onnx.ModelProto:
+    """x (uint8) → QLinearConv (3x3, pads 1, bias) or QLinearMatMul → y (uint8)."""
+    rng = np.random.default_rng(3)
+    conv = op == "QLinearConv"
+    w = rng.integers(-127, 128, (8, 4, 3, 3) if conv else (12, 8)).astype(np.int8)
+    channels = 8
+    scales = rng.uniform(0.005, 0.02, channels if per_channel else 1).astype(np.float32)
+    consts = {"xs": np.float32(0.02), "xz": np.uint8(128), "w": w,
+              "ws": scales if per_channel else scales.reshape(()),
+              "wz": np.zeros(channels if per_channel else (), np.int8), "ys": np.float32(0.15), "yz": np.uint8(60)}
+    if conv:
+        consts["B"] = rng.integers(-3000, 3000, channels).astype(np.int32)
+    shape = (1, 4, 6, 6) if conv else (3, 12)
+    graph = helper.make_graph(
+        [helper.make_node(op, ["x", *consts], ["y"], name="q", **({"pads": [1, 1, 1, 1]} if conv else {}))], "q",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.UINT8, list(shape))],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.UINT8, None)],
+        [numpy_helper.from_array(np.asarray(v), n) for n, v in consts.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+
+
+@pytest.mark.parametrize("backend", ["auto", "torch"])
+@pytest.mark.parametrize("per_channel", [True, False], ids=["per_channel", "per_tensor"])
+@pytest.mark.parametrize("op,fused", [("QLinearConv", "QuantizedConv"), ("QLinearMatMul", "QuantizedMatMul")])
+def test_qoperator_nodes_are_the_same_int8_ops(op, fused, per_channel, backend):
+    import onnxruntime as ort
+    model = qlinear_model(op, per_channel)
+    graph, report = fuse(model)
+    assert ops(graph) == [f"autofusion::{fused}"]
+    x = np.random.default_rng(4).integers(0, 256, [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+                                          ).astype(np.uint8)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    want = ort.InferenceSession(model.SerializeToString(), options).run(None, {"x": x})[0]
+    got = autofusion.compile(model, backend=backend).run({"x": x})["y"]
+    assert got.dtype == np.uint8
+    assert np.abs(got.astype(int) - want).max() <= 1 and (got != want).mean() < 0.02
