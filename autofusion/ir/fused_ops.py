@@ -128,12 +128,25 @@ def quantized_matmul(op: GraphBuilder, node: Node, a, b, c, a_scale, a_zero_poin
     return [op.QuantizeLinear(apply_activation(op, node, y), y_scale, y_zero_point)]
 
 
-@fused_op("QuantizedAdd", OpClass.ELEMWISE)
-def quantized_add(op: GraphBuilder, node: Node, a, b, a_scale, a_zero_point, b_scale, b_zero_point,
-                  y_scale, y_zero_point=None):
-    """Q(act(DQ(a) + DQ(b))): a residual's sum of integers, requantized."""
-    y = op.Add(op.DequantizeLinear(a, a_scale, a_zero_point), op.DequantizeLinear(b, b_scale, b_zero_point))
-    return [op.QuantizeLinear(apply_activation(op, node, y), y_scale, y_zero_point)]
+def _quantized_binary(name: str):
+    def decomposition(op: GraphBuilder, node: Node, a, b, a_scale, a_zero_point, b_scale, b_zero_point,
+                      y_scale, y_zero_point=None):
+        y = getattr(op, name)(op.DequantizeLinear(a, a_scale, a_zero_point),
+                              op.DequantizeLinear(b, b_scale, b_zero_point))
+        return [op.QuantizeLinear(apply_activation(op, node, y), y_scale, y_zero_point)]
+    decomposition.__doc__ = f"Q(act(DQ(a) {'+' if name == 'Add' else '·'} DQ(b))): integers {name.lower()}ed, requantized."
+    return decomposition
+
+
+fused_op("QuantizedAdd", OpClass.ELEMWISE)(_quantized_binary("Add"))
+fused_op("QuantizedMul", OpClass.ELEMWISE)(_quantized_binary("Mul"))
+
+
+@fused_op("QuantizedActivation", OpClass.ELEMWISE)
+def quantized_activation(op: GraphBuilder, node: Node, x, x_scale, x_zero_point, y_scale, y_zero_point=None):
+    """Q(act(DQ(x))): a function of 256 integers, which a table of 256 holds."""
+    y = apply_activation(op, node, op.DequantizeLinear(x, x_scale, x_zero_point))
+    return [op.QuantizeLinear(y, y_scale, y_zero_point)]
 
 
 @fused_op("LayerNorm", OpClass.REDUCTION, same_as_input)

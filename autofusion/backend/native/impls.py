@@ -13,6 +13,7 @@ import math
 from typing import Callable
 
 import numpy as np
+import torch
 
 from ...ir import DType, Node, Value
 from ...ir.activations import ACTIVATION_OPS, ELTWISE, FUNCTIONS, activation, clip_bounds, eltwise_steps
@@ -25,6 +26,7 @@ from ...ir.region_space import LayoutError, reduced_axes
 from ...ir.shapes.tensor import pad_counts
 from ...ir.symbolic import add, is_size, is_symbolic, maximum, mul, product, same_where_nonempty, sub
 from ..impl import Impl, implementations, register
+from ..torch_cpu.quantized import dequantize, quantize   # a table's values, as the PyTorch kernel computes them
 from .emit import PartitionSource, dims
 
 Emitter = Callable[[Node, PartitionSource], None]
@@ -1005,23 +1007,42 @@ def _int8_quantization(node: Node, p: PartitionSource) -> tuple:
             _zero_point(node.input(8)))
 
 
-def check_quantized_add(node: Node) -> str | None:
+def check_quantized_binary(node: Node) -> str | None:
     a, b = node.inputs[0], node.inputs[1]
     return first(_computed(node, 0, 1), dense(node, (0, 1), types=INTEGERS), _per_tensor(node, 2, 3, 4, 5, 6, 7),
-                 None if a.shape == b.shape else "its operands' shapes differ: the int8 sum does not broadcast",
+                 None if a.shape == b.shape else "its operands' shapes differ: the int8 step does not broadcast",
                  None if node.attr("activation", "") in ("", "Relu", "Clip") else "an activation other than a clamp")
 
 
-@native(fused("QuantizedAdd"), check=check_quantized_add, tensors=(0, 1))
-def emit_quantized_add(node: Node, p: PartitionSource) -> None:
-    """The runtime's own loop: both sides dequantized, added, clamped (ReLU, Clip) and quantized
-    in one pass over the integers, each step in f32 as the Q/DQ graph takes it."""
+@native(fused("QuantizedAdd"), fused("QuantizedMul"), check=check_quantized_binary, tensors=(0, 1))
+def emit_quantized_binary(node: Node, p: PartitionSource) -> None:
+    """The runtime's own loop: both sides dequantized, added or multiplied, clamped (ReLU, Clip)
+    and quantized in one pass over the integers, each step in f32 as the Q/DQ graph takes it."""
     name, (_, params) = node.attr("activation", ""), activation(node)
     low, high = {"": (-math.inf, math.inf), "Relu": (0.0, math.inf)}.get(name) or tuple(params)   # Clip's (min, max)
-    p.call("qadd", p.out(node), p.ref(node.inputs[0]), p.ref(node.inputs[1]),
+    p.call("qbinary", p.out(node), p.ref(node.inputs[0]), p.ref(node.inputs[1]),
+           p.name(f"Bin::{node.op_type.removeprefix('Quantized')}"),
            p.float(_scale(node.inputs[2])), _zero_point(node.input(3)), p.float(_scale(node.inputs[4])),
            _zero_point(node.input(5)), p.float(_scale(node.inputs[6])), _zero_point(node.input(7)),
            p.float(low), p.float(high))
+
+
+def check_quantized_activation(node: Node) -> str | None:
+    return first(_computed(node, 0), dense(node, (0,), types=INTEGERS), _per_tensor(node, 1, 2, 3, 4))
+
+
+@native(fused("QuantizedActivation"), check=check_quantized_activation, tensors=(0,))
+def emit_quantized_activation(node: Node, p: PartitionSource) -> None:
+    """A table of the function's 256 results, computed here as the PyTorch kernel computes them
+    (dequantized, the activation in f32, quantized), read by the runtime's own loop."""
+    info = np.iinfo(node.inputs[0].dtype.numpy)
+    codes = torch.arange(info.min, info.max + 1)
+    scale_zero = [torch.tensor(float(_scale(node.inputs[i]))) for i in (1, 3)]
+    x = dequantize(codes, scale_zero[0], torch.tensor(_zero_point(node.input(2))))
+    act, params = activation(node)
+    y = quantize(act.torch(torch.nn.functional, x, *params), scale_zero[1], torch.tensor(_zero_point(node.input(4))),
+                 getattr(torch, node.outputs[0].dtype.numpy.name))
+    p.call("lookup", p.out(node), p.ref(node.inputs[0]), p.const(y.numpy().astype(np.float32), f"{node.name}_table"))
 
 
 def check_quantized_conv(node: Node) -> str | None:

@@ -245,13 +245,35 @@ def _quantized_matmul(node: Node) -> Kernel:
     return _quantized_op(node, product)
 
 
-@kernel(fused("QuantizedAdd"))
-def _quantized_add(node: Node) -> Kernel:
-    """Q(act(DQ(a) + DQ(b))) in float32."""
+def _quantized_binary(node: Node, combine) -> Kernel:
+    """Q(act(combine(DQ(a), DQ(b)))) in float32."""
     act = torch_activation(node)
     out = torch_dtype(node.outputs[0].dtype, f"{node.name}: ")
 
     def run(a, b, a_scale, a_zero_point, b_scale, b_zero_point, y_scale, y_zero_point=None):
-        y = dequantize(a, a_scale, a_zero_point) + dequantize(b, b_scale, b_zero_point)
+        y = combine(dequantize(a, a_scale, a_zero_point), dequantize(b, b_scale, b_zero_point))
         return quantize(y if act is None else act(y), y_scale, y_zero_point, out)
+    return run
+
+
+@kernel(fused("QuantizedAdd"))
+def _quantized_add(node: Node) -> Kernel:
+    """Q(act(DQ(a) + DQ(b))) in float32."""
+    return _quantized_binary(node, torch.add)
+
+
+@kernel(fused("QuantizedMul"))
+def _quantized_mul(node: Node) -> Kernel:
+    """Q(act(DQ(a) · DQ(b))) in float32."""
+    return _quantized_binary(node, torch.mul)
+
+
+@kernel(fused("QuantizedActivation"))
+def _quantized_activation(node: Node) -> Kernel:
+    """Q(act(DQ(x))) in float32."""
+    act = torch_activation(node) or (lambda y: y)
+    out = torch_dtype(node.outputs[0].dtype, f"{node.name}: ")
+
+    def run(x, x_scale, x_zero_point, y_scale, y_zero_point=None):
+        return quantize(act(dequantize(x, x_scale, x_zero_point)), y_scale, y_zero_point, out)
     return run

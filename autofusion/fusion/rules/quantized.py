@@ -3,7 +3,8 @@ QuantizeLinear after it, as the int8 op it stands for.
 
     QuantizedConv(x, w, b, ...)   = Q(act(Conv(DQ(x), DQ(w), b)))
     QuantizedMatMul(a, b, c, ...) = Q(act(DQ(a)·DQ(b)ᵀ? + c))
-    QuantizedAdd(a, b, ...)       = Q(act(DQ(a) + DQ(b)))
+    QuantizedAdd(a, b, ...)       = Q(act(DQ(a) + DQ(b)))         and QuantizedMul, with ·
+    QuantizedActivation(x, ...)   = Q(act(DQ(x)))                 a table of 256 values
     MaxPool(x)                    = Q(MaxPool(DQ(x)))   with one scale and zero point
 
 and the QOperator format's QLinearConv and QLinearMatMul, which are the first two as one node.
@@ -23,7 +24,8 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir import DType, Node, Value, geometry
-from ...ir.activations import activation_of
+from ...ir.activations import ACTIVATION_OPS, activation_of
+from ...ir.builder import FUSED_DOMAIN
 from ..pattern import Match
 from ..rule import Rule, describe, dims
 from .conv import activation_problem, conv_geometry, explicit_pads
@@ -68,17 +70,32 @@ def quantized_matmul(op, x, x_scale, w, w_scale, y_scale, x_zero_point=None, w_z
     return op.QuantizeLinear(op.Optional.Relu(y, _name="act"), y_scale, y_zero_point, _name="q")
 
 
-def quantized_add(op, a, a_scale, b, b_scale, y_scale, a_zero_point=None, b_zero_point=None, y_zero_point=None):
-    y = op.Add(_dequantized(op, a, a_scale, a_zero_point, "dq_a"), _dequantized(op, b, b_scale, b_zero_point, "dq_b"),
-               _name="add")
-    return op.QuantizeLinear(op.Optional.Relu(y, _name="act"), y_scale, y_zero_point, _name="q")
+def quantized_binary(op_type: str, clip: bool = False):
+    """Q(act(DQ(a) ∘ DQ(b))) for Add or Mul, act a ReLU (or nothing) or a Clip."""
+    def pattern(op, a, a_scale, b, b_scale, y_scale, a_zero_point=None, b_zero_point=None, y_zero_point=None,
+                low=None, high=None):
+        y = getattr(op, op_type)(_dequantized(op, a, a_scale, a_zero_point, "dq_a"),
+                                 _dequantized(op, b, b_scale, b_zero_point, "dq_b"), _name="binary")
+        y = op.Clip(y, low, high, _name="act") if clip else op.Optional.Relu(y, _name="act")
+        return op.QuantizeLinear(y, y_scale, y_zero_point, _name="q")
+    return pattern
 
 
-def quantized_add_clip(op, a, a_scale, b, b_scale, y_scale, a_zero_point=None, b_zero_point=None,
-                       y_zero_point=None, low=None, high=None):
-    y = op.Add(_dequantized(op, a, a_scale, a_zero_point, "dq_a"), _dequantized(op, b, b_scale, b_zero_point, "dq_b"),
-               _name="add")
-    return op.QuantizeLinear(op.Clip(y, low, high, _name="act"), y_scale, y_zero_point, _name="q")
+def quantized_activation(op_type: str, domain: str = ""):
+    """Q(act(DQ(x))) for one activation op."""
+    def pattern(op, x, x_scale, y_scale, x_zero_point=None, y_zero_point=None):
+        y = getattr(op, op_type)(_dequantized(op, x, x_scale, x_zero_point, "dq_x"), _domain=domain, _name="act")
+        return op.QuantizeLinear(y, y_scale, y_zero_point, _name="q")
+    return pattern
+
+
+def quantized_clip(op, x, x_scale, y_scale, x_zero_point=None, y_zero_point=None, low=None, high=None):
+    y = op.Clip(_dequantized(op, x, x_scale, x_zero_point, "dq_x"), low, high, _name="act")
+    return op.QuantizeLinear(y, y_scale, y_zero_point, _name="q")
+
+
+ACTIVATION_PATTERNS = [*(quantized_activation(a) for a in ACTIVATION_OPS if a != "Clip"), quantized_clip,
+                       quantized_activation("Activation", FUSED_DOMAIN), quantized_activation("Gelu", FUSED_DOMAIN)]
 
 
 # the QOperator format: the int8 op as one ONNX node, its bias int32 at x_scale·w_scale
@@ -194,21 +211,36 @@ def _bias_problem(m: Match) -> str | None:
     return None
 
 
-def check_add(m: Match) -> str | None:
+def _eight_bit_per_tensor(dq: Node) -> str | None:
+    x = dq.inputs[0]
+    if x.dtype not in INTEGER_TYPES or dq.attr("block_size", 0) or not all(_per_tensor(v) for v in dq.inputs[1:]):
+        return f"{describe(dq)}: {x.name!r} is not 8-bit integers quantized by one constant scale"
+    return None
+
+
+def check_binary(m: Match) -> str | None:
     """8-bit integers of one shape each side (no broadcasting), every scale and zero point one
     constant."""
-    add, q = m.node("add"), m.node("q")
-    for dq in (m.node("dq_a"), m.node("dq_b")):
-        x = dq.inputs[0]
-        if x.dtype not in INTEGER_TYPES or dq.attr("block_size", 0):
-            return f"{describe(dq)}: {x.name!r} is not 8-bit integers quantized per tensor"
-        if not all(_per_tensor(v) for v in dq.inputs[1:]):
-            return f"{describe(dq)}: its scale or zero point is not one constant"
+    binary = m.node("binary")
+    why = _eight_bit_per_tensor(m.node("dq_a")) or _eight_bit_per_tensor(m.node("dq_b")) or _output_problem(m)
+    if why:
+        return why
+    if m.a.shape is None or m.a.shape != m.b.shape:
+        return f"{describe(binary)}: operands of shapes {dims(m.a)} and {dims(m.b)}; the int8 ops take one shape"
+    return m.has("act") and activation_problem(m.node("act")) or None
+
+
+def check_activation(m: Match) -> str | None:
+    """8-bit integers in and out, quantized per tensor: the function is a table of 256."""
+    return (_eight_bit_per_tensor(m.node("dq_x")) or _output_problem(m) or activation_problem(m.node("act"))
+            or None)
+
+
+def _output_problem(m: Match) -> str | None:
+    q = m.node("q")
     if q.outputs[0].dtype not in INTEGER_TYPES or not all(_per_tensor(v) for v in q.inputs[1:]):
         return f"{describe(q)}: not an 8-bit quantization by one constant scale"
-    if m.a.shape is None or m.a.shape != m.b.shape:
-        return f"{describe(add)}: operands of shapes {dims(m.a)} and {dims(m.b)}; the int8 sum takes one shape"
-    return m.has("act") and activation_problem(m.node("act")) or None
+    return None
 
 
 def check_qlinear(m: Match) -> str | None:
@@ -294,10 +326,16 @@ def replace_product(op, m: Match) -> Value:
                               axis=_output_axis(product, m.w), trans_b=trans_b, **_activation(m))
 
 
-def replace_add(op, m: Match) -> Value:
+def replace_binary(op, m: Match) -> Value:
     dq_a, dq_b, q = m.node("dq_a"), m.node("dq_b"), m.node("q")
-    return op.QuantizedAdd(m.a, m.b, dq_a.inputs[1], dq_a.input(2), dq_b.inputs[1], dq_b.input(2), q.inputs[1],
-                           q.input(2), **_activation(m))
+    fused = getattr(op, f"Quantized{m.node('binary').op_type}")
+    return fused(m.a, m.b, dq_a.inputs[1], dq_a.input(2), dq_b.inputs[1], dq_b.input(2), q.inputs[1], q.input(2),
+                 **_activation(m))
+
+
+def replace_activation(op, m: Match) -> Value:
+    dq_x, q = m.node("dq_x"), m.node("q")
+    return op.QuantizedActivation(m.x, dq_x.inputs[1], dq_x.input(2), q.inputs[1], q.input(2), **_activation(m))
 
 
 def replace_qlinear_conv(op, m: Match) -> Value:
@@ -337,7 +375,16 @@ RULES = [
     Rule("QuantizedAddFusionOp", 1,
          "DequantizeLinear ×2 → Add (+Relu/Clip) → QuantizeLinear → QuantizedAdd: a residual's sum in one "
          "pass over the integers",
-         [quantized_add, quantized_add_clip], replace_add, check_add, named_after="add"),
+         [quantized_binary("Add"), quantized_binary("Add", clip=True)], replace_binary, check_binary,
+         named_after="binary"),
+    Rule("QuantizedMulFusionOp", 1,
+         "DequantizeLinear ×2 → Mul (+Relu/Clip) → QuantizeLinear → QuantizedMul: a product in one pass over "
+         "the integers (x·sigmoid(x))",
+         [quantized_binary("Mul"), quantized_binary("Mul", clip=True)], replace_binary, check_binary,
+         named_after="binary"),
+    Rule("QuantizedActivationFusionOp", 1,
+         "DequantizeLinear → activation → QuantizeLinear → QuantizedActivation: a table of its 256 results",
+         ACTIVATION_PATTERNS, replace_activation, check_activation, named_after="act"),
     Rule("QuantizedMaxPoolFusionOp", 1,
          "DequantizeLinear → MaxPool → QuantizeLinear with one scale → MaxPool over the integers",
          [quantized_max_pool], replace_max_pool, check_max_pool, applies_max_pool, named_after="pool"),

@@ -9,7 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import autofusion
 from autofusion.backend.native import unavailable
-from tests.helpers import qdq_conv_block, qdq_linear
+from tests.helpers import qdq_conv_block, qdq_linear, qdq_silu_block
 
 pytestmark = pytest.mark.skipif(unavailable() is not None, reason=f"native backend: {unavailable()}")
 
@@ -84,3 +84,8 @@ def test_a_qdq_graph_runs_in_one_native_partition_on_int8_kernels(build):
     plan = native_steps(compiled)
     assert "1 native partition(s)" in plan
     assert any(f"autofusion::{op}) via onednn" in plan for op in ("QuantizedConv", "QuantizedMatMul"))
+
+
+def test_a_function_of_integers_runs_as_a_table_and_a_product_in_one_pass():
+    plan = native_steps(autofusion.compile(qdq_silu_block("Sigmoid")))
+    assert "runtime int8 table" in plan and "runtime int8 mul" in plan and "1 native partition(s)" in plan

@@ -11,7 +11,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 import autofusion
-from tests.helpers import QdqGraph, qdq_conv_block, qdq_linear
+from tests.helpers import QdqGraph, qdq_conv_block, qdq_linear, qdq_silu_block
 
 from .harness import fuse, matched, near_miss, ops
 
@@ -191,3 +191,29 @@ def test_qoperator_nodes_are_the_same_int8_ops(op, fused, per_channel, backend):
     got = autofusion.compile(model, backend=backend).run({"x": x})["y"]
     assert got.dtype == np.uint8
     assert np.abs(got.astype(int) - want).max() <= 1 and (got != want).mean() < 0.02
+
+
+# ---- elementwise: a product, a function as a table -----------------------------------------
+
+@pytest.mark.parametrize("act", ["Sigmoid", "HardSwish", "LeakyRelu", "Tanh"])
+def test_an_activation_between_dequantize_and_quantize_is_a_table(act):
+    graph, report = fuse(qdq_silu_block(act))
+    assert ops(graph) == ["QuantizeLinear", "autofusion::QuantizedActivation", "autofusion::QuantizedMul",
+                          "DequantizeLinear"]
+    assert graph.nodes[1].attr("activation") == act
+    assert matched(report, "QuantizedActivationFusionOp") == 1 and matched(report, "QuantizedMulFusionOp") == 1
+
+
+@pytest.mark.parametrize("backend", ["auto", "torch"])
+@pytest.mark.parametrize("act", ["Sigmoid", "HardSwish", "LeakyRelu"])
+def test_tables_and_products_equal_the_qdq_graph(act, backend):
+    assert_within_one_step(qdq_silu_block(act), 0.04, backend, seeds=(0, 1, 2))
+
+
+def test_a_broadcast_product_stays_float():
+    q = QdqGraph()
+    xq, gq = q.quantize("x", 0.05, 128), q.quantize("g", 0.01, 0)
+    y = q.node("Mul", [q.dequantize(xq, "mul"), q.dequantize(gq, "mul")], "mul")
+    graph, report = fuse(q.model({"x": (1, 8, 6, 6), "g": (1, 8, 1, 1)}, q.dequantize(q.quantize(y, 0.04, 60), "out")))
+    assert "autofusion::QuantizedMul" not in ops(graph)
+    assert "the int8 ops take one shape" in near_miss(report, "QuantizedMulFusionOp")

@@ -159,10 +159,13 @@ class Partition {
   void quantize(int dst, int src, float scale, int zero_point);
   // ONNX's DequantizeLinear per tensor: (src − zero_point)·scale, u8 or s8 into f32
   void dequantize(int dst, int src, float scale, int zero_point);
-  // quantize(clamp(dequantize(a) + dequantize(b), low, high)): a residual's sum of integers (u8,
-  // s8), in a's layout, each side dequantized by its own scale and zero point
-  void qadd(int dst, int a, int b, float a_scale, int a_zero_point, float b_scale, int b_zero_point,
-            float y_scale, int y_zero_point, float low, float high);
+  // quantize(clamp(dequantize(a) op dequantize(b), low, high)), op Add or Mul: integers (u8, s8)
+  // of one shape, in a's layout, each side dequantized by its own scale and zero point
+  void qbinary(int dst, int a, int b, Bin op, float a_scale, int a_zero_point, float b_scale, int b_zero_point,
+               float y_scale, int y_zero_point, float low, float high);
+  // table[src − first]: a function of 8-bit integers (u8, s8) as its 256 results, `table` a
+  // constant of them (first: 0 for u8, −128 for s8)
+  void lookup(int dst, int src, int table);
   // quantize(act(conv(dequantize(src), w·w_scales) + b)) over s32 sums: w a constant of integers
   // (held as f32: exact), w_scales a constant of 1 or O values, b an f32 constant or -1
   void qconv(int dst, int src, int w, int b, const Dims& strides, const Dims& dilations,

@@ -199,8 +199,10 @@ void make(Partition& p, const Call& c) {
   else if (m == "attention") p.attention(c.i(0), c.i(1), c.i(2), c.i(3), c.i(4), c.f(5));
   else if (m == "quantize") p.quantize(c.i(0), c.i(1), c.f(2), int(c.i(3)));
   else if (m == "dequantize") p.dequantize(c.i(0), c.i(1), c.f(2), int(c.i(3)));
-  else if (m == "qadd")
-    p.qadd(c.i(0), c.i(1), c.i(2), c.f(3), int(c.i(4)), c.f(5), int(c.i(6)), c.f(7), int(c.i(8)), c.f(9), c.f(10));
+  else if (m == "qbinary")
+    p.qbinary(c.i(0), c.i(1), c.i(2), bin(c.name(3)), c.f(4), int(c.i(5)), c.f(6), int(c.i(7)), c.f(8), int(c.i(9)),
+              c.f(10), c.f(11));
+  else if (m == "lookup") p.lookup(c.i(0), c.i(1), c.i(2));
   else if (m == "qconv")
     p.qconv(c.i(0), c.i(1), c.i(2), c.i(3), c.dims(4), c.dims(5), c.dims(6), c.dims(7), c.i(8), c.acts(9),
             c.i(10), c.f(11), int(c.i(12)), c.f(13), int(c.i(14)));

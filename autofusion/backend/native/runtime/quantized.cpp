@@ -10,6 +10,7 @@
 #include "partition.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <type_traits>
 
@@ -40,17 +41,18 @@ void dequantize_into(const Q* x, float* y, int64_t n, float scale, int zero_poin
   for (int64_t i = 0; i < n; ++i) y[i] = float(int32_t(x[i]) - zero_point) * scale;
 }
 
-// Q(clamp(DQ(a) + DQ(b), low, high)) over n values, each step as the Q/DQ graph takes it in f32
-template <class A, class B, class Y>
-void added_into(const A* a, const B* b, Y* y, int64_t n, const float* scales, const int* zero_points, float low,
-                float high) {
+// Q(clamp(DQ(a) ∘ DQ(b), low, high)) over n values, ∘ + or ·, each step as the Q/DQ graph takes
+// it in f32
+template <bool Product, class A, class B, class Y>
+void combined_into(const A* a, const B* b, Y* y, int64_t n, const float* scales, const int* zero_points, float low,
+                   float high) {
   constexpr float lo = std::is_signed<Y>::value ? -128.f : 0.f, hi = std::is_signed<Y>::value ? 127.f : 255.f;
   const float sa = scales[0], sb = scales[1], sy = scales[2];
   const int za = zero_points[0], zb = zero_points[1], zy = zero_points[2];
 #pragma omp parallel for schedule(static) if (n >= PARALLEL_FROM)   // (GCC vectorises it; `simd` stops it)
   for (int64_t i = 0; i < n; ++i) {
-    const float sum = float(int32_t(a[i]) - za) * sa + float(int32_t(b[i]) - zb) * sb;
-    const float x = std::min(high, std::max(low, sum));
+    const float fa = float(int32_t(a[i]) - za) * sa, fb = float(int32_t(b[i]) - zb) * sb;
+    const float x = std::min(high, std::max(low, Product ? fa * fb : fa + fb));
     y[i] = Y(int32_t(std::min(hi, std::max(lo, std::nearbyint(x / sy) + float(zy)))));
   }
 }
@@ -125,20 +127,22 @@ void Partition::dequantize(int dst, int src, float scale, int zero_point) {
   m.finish(dst, y);
 }
 
-void Partition::qadd(int dst, int a, int b, float a_scale, int a_zero_point, float b_scale, int b_zero_point,
-                     float y_scale, int y_zero_point, float low, float high) {
+void Partition::qbinary(int dst, int a, int b, Bin op, float a_scale, int a_zero_point, float b_scale,
+                        int b_zero_point, float y_scale, int y_zero_point, float low, float high) {
   Impl& m = *impl_;
+  if (op != Bin::Add && op != Bin::Mul) m.fail("an int8 binary step adds or multiplies");
   a = m.dense(a);
   const memory::desc& layout = m.md_of(a);
   b = m.ensure(m.dense(b), retyped(layout, m.md_of(b).get_data_type()));   // b in a's layout
   const dt ta = layout.get_data_type(), tb = m.md_of(b).get_data_type(), ty = m.val(dst).type;
   for (dt t : {ta, tb, ty})
-    if (t != dt::u8 && t != dt::s8) m.fail("an int8 sum reads and writes u8 or s8");
+    if (t != dt::u8 && t != dt::s8) m.fail("an int8 binary step reads and writes u8 or s8");
   const int y = m.produce(dst, retyped(layout, ty));
   Exec own{dnnl::primitive(), {Impl::use(DNNL_ARG_SRC_0, a), Impl::use(DNNL_ARG_SRC_1, b), Impl::use(DNNL_ARG_DST, y)},
            {}, m.node, m.step};
   const float scales[3] = {a_scale, b_scale, y_scale};
   const int zero_points[3] = {a_zero_point, b_zero_point, y_zero_point};
+  const bool product = op == Bin::Mul;
   own.own = [=](Exec& e) {
     const void* pa = e.bound[DNNL_ARG_SRC_0].get_data_handle();
     const void* pb = e.bound[DNNL_ARG_SRC_1].get_data_handle();
@@ -150,13 +154,46 @@ void Partition::qadd(int dst, int a, int b, float a_scale, int a_zero_point, flo
           using A = decltype(va);
           using B = decltype(vb);
           using Y = decltype(vy);
-          added_into(static_cast<const A*>(pa), static_cast<const B*>(pb), static_cast<Y*>(py), n, scales,
-                     zero_points, low, high);
+          auto at = static_cast<const A*>(pa);
+          auto bt = static_cast<const B*>(pb);
+          if (product) combined_into<true>(at, bt, static_cast<Y*>(py), n, scales, zero_points, low, high);
+          else combined_into<false>(at, bt, static_cast<Y*>(py), n, scales, zero_points, low, high);
         });
       });
     });
   };
-  own.kernel = "runtime int8 add";
+  own.kernel = product ? "runtime int8 mul" : "runtime int8 add";
+  m.execs.push_back(std::move(own));
+  m.finish(dst, y);
+}
+
+void Partition::lookup(int dst, int src, int table) {
+  Impl& m = *impl_;
+  src = m.dense(src);
+  const memory::desc& from = m.md_of(src);
+  const dt tx = from.get_data_type(), ty = m.val(dst).type;
+  for (dt t : {tx, ty})
+    if (t != dt::u8 && t != dt::s8) m.fail("a table of an int8 function reads and writes u8 or s8");
+  Val& t = m.val(table);
+  if (t.kind != Kind::Constant || product(t.shape, 0, t.shape.size()) != 256) m.fail("a table is 256 constants");
+  std::array<uint8_t, 256> bytes;   // the results' bytes, by the input's byte
+  const float* values = static_cast<const float*>(t.owned.get_data_handle());
+  const int first = tx == dt::s8 ? -128 : 0;   // the table's first entry is for this input
+  for (int k = 0; k < 256; ++k) {
+    const int code = first + k;
+    const int32_t result = int32_t(values[k]);
+    bytes[uint8_t(code)] = ty == dt::s8 ? uint8_t(int8_t(result)) : uint8_t(result);
+  }
+  const int y = m.produce(dst, retyped(from, ty));
+  Exec own{dnnl::primitive(), {Impl::use(DNNL_ARG_SRC, src), Impl::use(DNNL_ARG_DST, y)}, {}, m.node, m.step};
+  own.own = [bytes](Exec& e) {
+    const uint8_t* x = static_cast<const uint8_t*>(e.bound[DNNL_ARG_SRC].get_data_handle());
+    uint8_t* out = static_cast<uint8_t*>(e.bound[DNNL_ARG_DST].get_data_handle());
+    const int64_t n = int64_t(e.bound[DNNL_ARG_SRC].get_desc().get_size());
+#pragma omp parallel for schedule(static) if (n >= PARALLEL_FROM)
+    for (int64_t i = 0; i < n; ++i) out[i] = bytes[x[i]];
+  };
+  own.kernel = "runtime int8 table";
   m.execs.push_back(std::move(own));
   m.finish(dst, y);
 }
