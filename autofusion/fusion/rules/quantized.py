@@ -123,30 +123,19 @@ def _per_tensor(v: Value | None) -> bool:
 
 def quantization_problem(m: Match) -> str | None:
     """Why the Q/DQ nodes around the op do not describe an int8 op the fused ops take: the
-    activations' scales and zero points one constant each, the weight a constant of int8 with a
-    scale per tensor or per output channel, 8-bit types, no blocked quantization."""
-    q, dq_x = m.node("q"), m.node("dq_x")
-    for node in (q, dq_x, *((m.node("dq_w"),) if m.has("dq_w") else ())):
-        if node.attr("block_size", 0):
-            return f"{describe(node)}: blocked quantization (block_size {node.attr('block_size')})"
-    x, y = dq_x.inputs[0], q.outputs[0]
-    for v, where in ((x, dq_x), (y, q)):
-        if v.dtype not in INTEGER_TYPES:
-            kind = v.dtype.name.lower() if v.dtype is not None else "of unknown type"
-            return f"{describe(where)}: {v.name!r} is {kind}; the int8 ops take uint8 and int8"
-    for node in (dq_x, q):
-        for v in node.inputs[1:]:
-            if not _per_tensor(v):
-                return (f"{describe(node)}: {v.name!r} is not one constant; the int8 ops take a scale "
-                        "and zero point per tensor for activations")
-    if not m.has("dq_w"):
-        return None
+    activations 8-bit, each with one constant scale and zero point; the weight a constant of
+    8-bit integers with a scale per tensor or per output channel."""
+    why = _eight_bit_per_tensor(m.node("dq_x")) or _output_problem(m)
+    if why or not m.has("dq_w"):
+        return why
     return weight_problem(m.node("dq_w"), m.node("conv") if m.has("conv") else m.node("product"))
 
 
 def weight_problem(dq_w: Node, op: Node) -> str | None:
     w, scale, zero_point = dq_w.inputs[0], dq_w.inputs[1], dq_w.input(2)
     where = describe(dq_w)
+    if dq_w.attr("block_size", 0):
+        return f"{where}: blocked quantization (block_size {dq_w.attr('block_size')})"
     if w.const is None or scale.const is None or (zero_point is not None and zero_point.const is None):
         return f"{where}: the weight, its scale and zero point are not all constants"
     if w.dtype not in INTEGER_TYPES:
@@ -238,7 +227,7 @@ def check_activation(m: Match) -> str | None:
 
 def _output_problem(m: Match) -> str | None:
     q = m.node("q")
-    if q.outputs[0].dtype not in INTEGER_TYPES or not all(_per_tensor(v) for v in q.inputs[1:]):
+    if q.outputs[0].dtype not in INTEGER_TYPES or q.attr("block_size", 0) or not all(_per_tensor(v) for v in q.inputs[1:]):
         return f"{describe(q)}: not an 8-bit quantization by one constant scale"
     return None
 
@@ -279,14 +268,12 @@ def _qlinear_pads(conv: Node) -> list[int] | None:
 
 
 def check_max_pool(m: Match) -> str | None:
-    dq_x, q = m.node("dq_x"), m.node("q")
-    if q.outputs[0].dtype not in INTEGER_TYPES or dq_x.attr("block_size", 0):
-        return f"{describe(q)}: not an 8-bit quantization per tensor"
-    return None
+    return _eight_bit_per_tensor(m.node("dq_x")) or _output_problem(m)
 
 
 def applies_max_pool(m: Match) -> bool:
-    """The same scale and zero point on both sides, bound by the pattern's one variable each."""
+    """A MaxPool whose indices nobody reads (the one scale and zero point on both sides: the
+    pattern binds each to one variable)."""
     return len(m.node("pool").outputs) == 1 or not m.node("pool").outputs[1].uses
 
 
