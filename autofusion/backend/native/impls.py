@@ -108,6 +108,14 @@ def dense(node: Node, inputs: tuple[int, ...] | None = None, outputs: int = 1,
     return None
 
 
+def dense_or_integers(node: Node, inputs: tuple[int, ...] = (0,), outputs: int = 1) -> str | None:
+    """dense() for steps that move values without computing new ones (views, copies, a max pool):
+    float32, or a quantized model's integers as they are."""
+    if node.inputs[0].dtype in INTEGERS:
+        return _computed(node, 0) or dense(node, inputs, outputs, types=INTEGERS)
+    return dense(node, inputs, outputs)
+
+
 def constant(node: Node, i: int, what: str) -> str | None:
     v = node.input(i)
     return None if v is None or v.const is not None else f"the {what} is computed at run time"
@@ -304,8 +312,7 @@ def _pool_window(node: Node) -> tuple[list[int], list[int], list[int], list[int]
 def check_pool(node: Node) -> str | None:
     """oneDNN pools float32, and the integers of a quantized model where the pool commutes with
     their quantization (a max)."""
-    integers = "Max" in node.op_type and node.inputs[0].dtype in INTEGERS
-    why = first(dense(node, (0,), types=FLOAT + INTEGERS if integers else FLOAT), integers and _computed(node, 0),
+    why = first(dense_or_integers(node) if "Max" in node.op_type else dense(node, (0,)),
                 None if node.inputs[0].rank in (3, 4, 5) else "1-D to 3-D pools only")
     if why:
         return why
@@ -575,7 +582,7 @@ def check_view(node: Node) -> str | None:
     if training is not None and (training.const is None or bool(training.const)):
         return "Dropout may be in training mode"
     x, y = node.inputs[0], node.outputs[0]
-    why = dense(node, (0,))
+    why = dense_or_integers(node)
     if why:
         return why
     if product(x.shape) != product(y.shape):
@@ -603,7 +610,7 @@ def emit_concat(node: Node, p: PartitionSource) -> None:
     p.call("concat", p.out(node), p.ids_of(p.ref(v) for v in node.inputs), axis)
 
 
-@native("Transpose", check=lambda node: dense(node), view=True)
+@native("Transpose", check=lambda node: dense_or_integers(node), view=True)
 def emit_transpose(node: Node, p: PartitionSource) -> None:
     """The input's bytes through permuted strides: a view, copied (one reorder) by the first
     reader that needs dense values; a reshape or a block of it is a view again."""
@@ -659,7 +666,7 @@ def _block(node: Node) -> list[tuple[list[int], list[int]]] | None:
 
 
 def check_block(node: Node) -> str | None:
-    why = dense(node, (0,), outputs=len(node.outputs) if node.op_type == "Split" else 1)
+    why = dense_or_integers(node, outputs=len(node.outputs) if node.op_type == "Split" else 1)
     if why:
         return why
     blocks = _block(node)

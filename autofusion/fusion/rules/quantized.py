@@ -5,7 +5,9 @@ QuantizeLinear after it, as the int8 op it stands for.
     QuantizedMatMul(a, b, c, ...) = Q(act(DQ(a)·DQ(b)ᵀ? + c))
     QuantizedAdd(a, b, ...)       = Q(act(DQ(a) + DQ(b)))         and QuantizedMul, with ·
     QuantizedActivation(x, ...)   = Q(act(DQ(x)))                 a table of 256 values
-    MaxPool(x)                    = Q(MaxPool(DQ(x)))   with one scale and zero point
+    MaxPool(x)                    = Q(MaxPool(DQ(x)))   with one scale and zero point, and so for
+                                                        Reshape, Transpose, Slice, … (MOVES)
+    DQ(Gather(x, i))              = Gather(DQ(x), i)    an embedding table's rows
 
 and the QOperator format's QLinearConv and QLinearMatMul, which are the first two as one node.
 
@@ -110,9 +112,24 @@ def qlinear_matmul(op, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_sca
                             _name="product")
 
 
-def quantized_max_pool(op, x, scale, zero_point=None):
-    y = op.MaxPool(_dequantized(op, x, scale, zero_point, "dq_x"), _name="pool")
-    return op.QuantizeLinear(y, scale, zero_point, _name="q")
+def gather_of_dequantized(op, x, scale, indices, zero_point=None):
+    return op.Gather(_dequantized(op, x, scale, zero_point, "dq_x"), indices, _name="gather")
+
+
+# ops that move or pick values without computing new ones: with one scale and zero point on both
+# sides, Q(op(DQ(x))) is op(x) exactly; each with how many inputs it reads besides the data
+MOVES = {"MaxPool": 0, "GlobalMaxPool": 0, "Reshape": 1, "Transpose": 0, "Flatten": 0, "Squeeze": 1,
+         "Unsqueeze": 1, "Slice": 4, "Identity": 0, "Expand": 1, "Tile": 1, "DepthToSpace": 0,
+         "SpaceToDepth": 0, "Resize": 3}
+
+
+def moved(op_type: str):
+    """Q(op(DQ(x), extra...)); the check asks for one scale and zero point on both sides."""
+    def pattern(op, x, x_scale, y_scale, x_zero_point=None, y_zero_point=None, e1=None, e2=None, e3=None, e4=None):
+        y = getattr(op, op_type)(_dequantized(op, x, x_scale, x_zero_point, "dq_x"),
+                                 *(e1, e2, e3, e4)[:MOVES[op_type]], _name="moved")
+        return op.QuantizeLinear(y, y_scale, y_zero_point, _name="q")
+    return pattern
 
 
 # ---- checks ---------------------------------------------------------------------------------
@@ -267,14 +284,36 @@ def _qlinear_pads(conv: Node) -> list[int] | None:
     return pads if pads is not None and all(isinstance(p, int) for p in pads) else None
 
 
-def check_max_pool(m: Match) -> str | None:
-    return _eight_bit_per_tensor(m.node("dq_x")) or _output_problem(m)
+def check_gather(m: Match) -> str | None:
+    dq = m.node("dq_x")
+    if not all(_per_tensor(v) for v in dq.inputs[1:]) or dq.attr("block_size", 0):
+        return f"{describe(dq)}: scales per axis or block; gathered rows would need their own"
+    return None
 
 
-def applies_max_pool(m: Match) -> bool:
-    """A MaxPool whose indices nobody reads (the one scale and zero point on both sides: the
-    pattern binds each to one variable)."""
-    return len(m.node("pool").outputs) == 1 or not m.node("pool").outputs[1].uses
+def check_moved(m: Match) -> str | None:
+    moved = m.node("moved")
+    if moved.op_type == "Resize" and moved.attr("mode", "nearest") != "nearest":
+        return f"{describe(moved)}: {moved.attr('mode')} interpolation computes new values"
+    why = _eight_bit_per_tensor(m.node("dq_x")) or _output_problem(m)
+    if why:
+        return why
+    if not (_same_constant(m.x_scale, m.y_scale) and _same_constant(m.x_zero_point, m.y_zero_point)
+            and m.x.dtype == m.node("q").outputs[0].dtype):
+        return f"{describe(moved)}: quantized by another scale or zero point after it than before"
+    return None
+
+
+def _same_constant(a: Value | None, b: Value | None) -> bool:
+    """Two per-tensor constants of one value (an omitted zero point is 0)."""
+    value = lambda v: 0.0 if v is None else float(v.const.reshape(-1)[0])   # noqa: E731
+    return value(a) == value(b)
+
+
+def applies_moved(m: Match) -> bool:
+    """An op whose second output (MaxPool's indices) nobody reads."""
+    outputs = m.node("moved").outputs
+    return len(outputs) == 1 or not outputs[1].uses
 
 
 # ---- replacements ---------------------------------------------------------------------------
@@ -341,9 +380,15 @@ def replace_qlinear_matmul(op, m: Match) -> Value:
                               m.y_zero_point, axis=m.w.const.ndim - 1, trans_b=0)
 
 
-def replace_max_pool(op, m: Match) -> Value:
-    pool = m.node("pool")
-    return op.MaxPool(m.x, _domain="", **pool.attrs)
+def replace_gather(op, m: Match) -> Value:
+    dq, gather = m.node("dq_x"), m.node("gather")
+    rows = op.Gather(m.x, m.indices, _domain="", **gather.attrs)
+    return op.DequantizeLinear(rows, dq.inputs[1], dq.input(2), _domain="", **dq.attrs)
+
+
+def replace_moved(op, m: Match) -> Value:
+    moved = m.node("moved")
+    return getattr(op, moved.op_type)(m.x, *moved.inputs[1:], _domain="", **moved.attrs)
 
 
 RULES = [
@@ -372,7 +417,12 @@ RULES = [
     Rule("QuantizedActivationFusionOp", 1,
          "DequantizeLinear → activation → QuantizeLinear → QuantizedActivation: a table of its 256 results",
          ACTIVATION_PATTERNS, replace_activation, check_activation, named_after="act"),
-    Rule("QuantizedMaxPoolFusionOp", 1,
-         "DequantizeLinear → MaxPool → QuantizeLinear with one scale → MaxPool over the integers",
-         [quantized_max_pool], replace_max_pool, check_max_pool, applies_max_pool, named_after="pool"),
+    Rule("QuantizedGatherFusionOp", 1,
+         "Gather of a DequantizeLinear → the Gather over the integers, dequantized after: a quantized "
+         "embedding table is never dequantized whole",
+         [gather_of_dequantized], replace_gather, check_gather, named_after="gather"),
+    Rule("QuantizedMoveFusionOp", 1,
+         "DequantizeLinear → MaxPool/Reshape/Transpose/Slice/… → QuantizeLinear with one scale → the op over "
+         "the integers",
+         [moved(op_type) for op_type in MOVES], replace_moved, check_moved, applies_moved, named_after="moved"),
 ]

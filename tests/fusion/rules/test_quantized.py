@@ -217,3 +217,57 @@ def test_a_broadcast_product_stays_float():
     graph, report = fuse(q.model({"x": (1, 8, 6, 6), "g": (1, 8, 1, 1)}, q.dequantize(q.quantize(y, 0.04, 60), "out")))
     assert "autofusion::QuantizedMul" not in ops(graph)
     assert "the int8 ops take one shape" in near_miss(report, "QuantizedMulFusionOp")
+
+
+def test_a_quantized_embedding_table_is_gathered_before_it_is_dequantized():
+    q = QdqGraph()
+    table, _ = q.weight("table", (50, 8), per_channel=False)
+    q.node("Gather", [table, "ids"], "rows")
+    model = q.model({}, "rows")
+    model.graph.input.append(helper.make_tensor_value_info("ids", onnx.TensorProto.INT64, [3]))
+    graph, report = fuse(model)
+    assert ops(graph) == ["Gather", "DequantizeLinear"] and graph.nodes[0].outputs[0].dtype.name == "INT8"
+    ids = np.array([0, 7, 49])
+    got = autofusion.compile(model).run({"ids": ids})["rows"]
+    want = autofusion.compile(model, level=0).run({"ids": ids})["rows"]
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("backend", ["auto", "torch"])
+def test_reshape_and_transpose_between_one_scale_run_on_the_integers(backend):
+    """An attention's head split as a quantizer writes it: Q/DQ around each Reshape and Transpose,
+    one scale throughout: the integers are reshaped and transposed as they are."""
+    q = QdqGraph()
+    xq = q.quantize("x", 0.05, 128)
+    s, z = q.scales[xq]
+    r = q.node("Reshape", [q.dequantize(xq, "r"), q._const("shape", np.array([1, 4, 3, 4]))], "r")
+    q.nodes.append(helper.make_node("QuantizeLinear", [r, s, z], ["r_q"], name="r_q"))
+    q.scales["r_q"] = (s, z)
+    t = q.node("Transpose", [q.dequantize("r_q", "t")], "t", perm=[0, 2, 1, 3])
+    model = q.model({"x": (1, 4, 12)}, q.dequantize(q.quantize(t, 0.05, 128), "out"))
+    graph, report = fuse(model)
+    assert ops(graph) == ["QuantizeLinear", "Reshape", "Transpose", "DequantizeLinear"]
+    assert matched(report, "QuantizedMoveFusionOp") == 2
+    assert_within_one_step(model, 0.05, backend)
+    if backend == "auto":
+        assert "1 native partition(s), 0 node(s) on PyTorch" in str(autofusion.compile(model).plan)
+
+
+def test_linear_resize_is_a_near_miss():
+    q = QdqGraph()
+    xq = q.quantize("x", 0.05, 128)
+    s, z = q.scales[xq]
+    r = q.node("Resize", [q.dequantize(xq, "r"), "", q._const("scales", np.array([1, 1, 2, 2], np.float32))], "r",
+               mode="linear")
+    q.nodes.append(helper.make_node("QuantizeLinear", [r, s, z], ["r_q"], name="r_q"))
+    q.scales["r_q"] = (s, z)
+    graph, report = fuse(q.model({"x": (1, 2, 4, 4)}, q.dequantize("r_q", "out")))
+    assert "linear interpolation computes new values" in near_miss(report, "QuantizedMoveFusionOp")
+
+
+def test_a_move_requantized_to_another_scale_is_a_near_miss():
+    q = QdqGraph()
+    xq = q.quantize("x", 0.05, 128)
+    pooled = q.node("MaxPool", [q.dequantize(xq, "pool")], "pool", kernel_shape=[2, 2])
+    graph, report = fuse(q.model({"x": (1, 2, 4, 4)}, q.dequantize(q.quantize(pooled, 0.07, 128), "out")))
+    assert "quantized by another scale" in near_miss(report, "QuantizedMoveFusionOp")

@@ -573,23 +573,25 @@ void Partition::transpose(int dst, int src, const std::vector<int>& perm) {
   // output axis i is input axis perm[i]: oneDNN's permute_axes wants where each input axis goes
   std::vector<int> where(perm.size());
   for (size_t i = 0; i < perm.size(); ++i) where[perm[i]] = int(i);
-  int x = strided(m.md_of(src)) ? src : m.ensure(src, plain(m.val(src).shape));
+  const dt type = m.md_of(src).get_data_type();
+  int x = strided(m.md_of(src)) ? src : m.ensure(src, plain(m.val(src).shape, type));
   // x's bytes through permuted strides: a reader that needs them dense copies them (dense()),
   // one that reads strides (a reorder, another view) does not
   const memory::desc seen = m.md_of(x).permute_axes(where);
   if (m.val(dst).kind != Kind::Output) return m.view_of(dst, x, seen);
-  int y = m.produce(dst, plain(m.val(dst).shape));
-  m.reorder(x, seen, y, plain(m.val(dst).shape));
+  int y = m.produce(dst, plain(m.val(dst).shape, type));
+  m.reorder(x, seen, y, plain(m.val(dst).shape, type));
   m.finish(dst, y);
 }
 
 void Partition::slice(int dst, int src, const Dims& offsets, const Dims& sizes) {
   Impl& m = *impl_;
-  int x = strided(m.md_of(src)) ? src : m.ensure(src, plain(m.val(src).shape));
+  const dt type = m.md_of(src).get_data_type();
+  int x = strided(m.md_of(src)) ? src : m.ensure(src, plain(m.val(src).shape, type));
   const memory::desc& md = m.md_of(x);
   if (m.val(dst).kind == Kind::Output) {
-    int y = m.produce(dst, plain(m.val(dst).shape));
-    m.reorder(x, md.submemory_desc(sizes, offsets), y, plain(sizes));
+    int y = m.produce(dst, plain(m.val(dst).shape, type));
+    m.reorder(x, md.submemory_desc(sizes, offsets), y, plain(sizes, type));
     return m.finish(dst, y);
   }
   // x's bytes from the block's first value on, through x's strides
@@ -617,7 +619,7 @@ void Partition::reshape(int dst, int src) {
   const memory::desc viewed(m.val(dst).shape, m.md_of(src).get_data_type(), seen);
   Val& d = m.val(dst);
   if (d.kind == Kind::Output) {   // the caller's buffer: copy the values
-    d.md = plain(d.shape);
+    d.md = plain(d.shape, viewed.get_data_type());
     d.has_md = true;
     m.reorder(src, viewed, dst, d.md);
     return;
