@@ -85,3 +85,16 @@ def test_a_weight_given_transposed_is_held_as_it_is_stored():
     (held,) = program.constants
     assert np.shares_memory(held, g.constants["w"].const) and held.shape == (8, 16)
     assert "p.constant(2, 0, {16, 8}, {1, 0});   // w" in program.text()
+
+
+def test_an_int8_block_declares_its_integers_and_calls_the_int8_steps():
+    """A residual block quantized as ONNX Runtime writes it, after the quantized rules: u8 values
+    declared typed, quantize → qconv → qbinary → dequantize."""
+    from autofusion.backend import evaluate_node
+    from autofusion.frontend import import_onnx
+    from autofusion.fusion import optimize
+    from tests.helpers import qdq_conv_block
+    graph = import_onnx(qdq_conv_block(residual=True, channels=4, size=4))
+    optimize(graph, 1, [], evaluate_node)
+    code = emit_model(lower(graph, "native"), "qdq_block")
+    assert_snapshot(code.text() + "\n", "int8_residual_block.txt")

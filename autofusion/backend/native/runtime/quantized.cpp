@@ -27,12 +27,17 @@ dt onednn_type(Type t) {
   return dt::undef;
 }
 
+// ONNX's QuantizeLinear of one value into Q (uint8_t, int8_t)
+template <class Q>
+inline Q quantized(float x, float scale, int zero_point) {
+  constexpr float lo = std::is_signed<Q>::value ? -128.f : 0.f, hi = std::is_signed<Q>::value ? 127.f : 255.f;
+  return Q(int32_t(std::min(hi, std::max(lo, std::nearbyint(x / scale) + float(zero_point)))));
+}
+
 template <class Q>
 void quantize_into(const float* x, Q* y, int64_t n, float scale, int zero_point) {
-  constexpr float lo = std::is_signed<Q>::value ? -128.f : 0.f, hi = std::is_signed<Q>::value ? 127.f : 255.f;
 #pragma omp parallel for schedule(static) if (n >= PARALLEL_FROM)   // (GCC vectorises it; `simd` stops it)
-  for (int64_t i = 0; i < n; ++i)
-    y[i] = Q(int32_t(std::min(hi, std::max(lo, std::nearbyint(x[i] / scale) + float(zero_point)))));
+  for (int64_t i = 0; i < n; ++i) y[i] = quantized<Q>(x[i], scale, zero_point);
 }
 
 template <class Q>
@@ -46,14 +51,12 @@ void dequantize_into(const Q* x, float* y, int64_t n, float scale, int zero_poin
 template <bool Product, class A, class B, class Y>
 void combined_into(const A* a, const B* b, Y* y, int64_t n, const float* scales, const int* zero_points, float low,
                    float high) {
-  constexpr float lo = std::is_signed<Y>::value ? -128.f : 0.f, hi = std::is_signed<Y>::value ? 127.f : 255.f;
   const float sa = scales[0], sb = scales[1], sy = scales[2];
   const int za = zero_points[0], zb = zero_points[1], zy = zero_points[2];
 #pragma omp parallel for schedule(static) if (n >= PARALLEL_FROM)   // (GCC vectorises it; `simd` stops it)
   for (int64_t i = 0; i < n; ++i) {
     const float fa = float(int32_t(a[i]) - za) * sa, fb = float(int32_t(b[i]) - zb) * sb;
-    const float x = std::min(high, std::max(low, Product ? fa * fb : fa + fb));
-    y[i] = Y(int32_t(std::min(hi, std::max(lo, std::nearbyint(x / sy) + float(zy)))));
+    y[i] = quantized<Y>(std::min(high, std::max(low, Product ? fa * fb : fa + fb)), sy, zy);
   }
 }
 
