@@ -293,7 +293,7 @@ class BuiltPartition:
         for x, (name, dtype, shape) in zip(xs, self.in_types):
             if x.dtype != dtype or x.shape != shape:   # the C++ trusts the plan's types
                 raise RuntimeError(f"native partition input {name!r} is {x.dtype}{list(x.shape)}, "
-                                   f"the plan says {dtype}{list(shape)}")
+                                   f"the plan says {str(dtype).removeprefix('torch.')}{list(shape)}")
         return self.run_checked([x.contiguous() for x in xs])
 
     def run_checked(self, xs: list[torch.Tensor], check_finite: bool = False,
