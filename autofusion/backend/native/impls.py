@@ -26,7 +26,7 @@ from ...ir.region_space import LayoutError, reduced_axes
 from ...ir.shapes.tensor import pad_counts
 from ...ir.symbolic import add, is_size, is_symbolic, maximum, mul, product, same_where_nonempty, sub
 from ..impl import Impl, implementations, register
-from ..torch_cpu.quantized import dequantize, quantize   # a table's values, as the PyTorch kernel computes them
+from ..quantize import dequantize, quantize   # a table's values, as the PyTorch kernel computes them
 from .emit import PartitionSource, dims
 
 Emitter = Callable[[Node, PartitionSource], None]

@@ -17,12 +17,11 @@ from ...errors import KernelBuildError
 from ...ir import DType, Node
 from ...ir.geometry import explicit_pads
 from ...ir.builder import fused
+from ..quantize import RANGES, dequantize, quantize, saturated
 from .common import Kernel, const_input, kernel, torch_dtype
 from .fused import baked, torch_activation
 from .tensor import torch_pads
 
-_RANGES = {torch.uint8: (0, 255), torch.int8: (-128, 127), torch.uint16: (0, 65535),
-           torch.int16: (-32768, 32767), torch.int32: (-2**31, 2**31 - 1)}
 _CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 
 
@@ -36,15 +35,9 @@ def per_element(p: torch.Tensor, shape, axis: int, block: int = 0) -> torch.Tens
     return p.repeat_interleave(block, axis).narrow(axis, 0, shape[axis])
 
 
-def saturated(v: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Round half to even and clamp to dtype's range."""
-    lo, hi = _RANGES[dtype]
-    return torch.round(v).clamp_(lo, hi).to(dtype)
-
-
 def _integer_type(dt: DType, where: str) -> torch.dtype:
     t = torch_dtype(dt, where)
-    if t not in _RANGES:
+    if t not in RANGES:
         raise KernelBuildError(f"{where}quantization to {dt.name} is not supported on PyTorch CPU")
     return t
 
@@ -68,20 +61,6 @@ def _quantize_linear(node: Node) -> Kernel:
         return quantize(x, per_element(scale, x.shape, a, block),
                         None if zero_point is None else per_element(zero_point, x.shape, a, block), out)
     return run
-
-
-def quantize(x: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor | None, out: torch.dtype) -> torch.Tensor:
-    """saturate(round(x / scale) + zero_point), the scale and zero point broadcasting against x."""
-    q = torch.round(x / scale).double()
-    return saturated(q if zero_point is None else q + zero_point.double(), out)
-
-
-def dequantize(x: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor | None) -> torch.Tensor:
-    """(x − zero_point) · scale in float32, the scale and zero point broadcasting against x."""
-    dx = x.to(torch.int64)
-    if zero_point is not None:
-        dx = dx - zero_point.to(torch.int64)
-    return dx.to(torch.float32) * scale.to(torch.float32)
 
 
 @kernel("DequantizeLinear")
