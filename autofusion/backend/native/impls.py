@@ -448,11 +448,11 @@ def check_resize(node: Node) -> str | None:
     one ONNX uses (sizes given, or an integer scale)."""
     if node.op_type != "Resize" or opset_of(node) < 11:
         return "only Resize from opset 11 runs native"
-    why = dense(node, (0,))
+    mode = node.attr("mode", "nearest")
+    why = dense_or_integers(node) if mode == "nearest" else dense(node, (0,))   # nearest picks values
     if why:
         return why
     x, y = node.inputs[0].shape, node.outputs[0].shape
-    mode = node.attr("mode", "nearest")
     ctm = node.attr("coordinate_transformation_mode", "half_pixel")
     if len(x) not in (3, 4, 5) or x[:2] != y[:2]:
         return "it scales the batch or channel axis, or is not 1-D to 3-D"

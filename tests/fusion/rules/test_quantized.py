@@ -271,3 +271,21 @@ def test_a_move_requantized_to_another_scale_is_a_near_miss():
     pooled = q.node("MaxPool", [q.dequantize(xq, "pool")], "pool", kernel_shape=[2, 2])
     graph, report = fuse(q.model({"x": (1, 2, 4, 4)}, q.dequantize(q.quantize(pooled, 0.07, 128), "out")))
     assert "quantized by another scale" in near_miss(report, "QuantizedMoveFusionOp")
+
+
+@pytest.mark.parametrize("backend", ["auto", "torch"])
+def test_nearest_resize_between_one_scale_runs_on_the_integers(backend):
+    """A detector's upsampling: the integers are resized as they are, natively too."""
+    q = QdqGraph()
+    xq = q.quantize("x", 0.05, 128)
+    s, z = q.scales[xq]
+    r = q.node("Resize", [q.dequantize(xq, "r"), "", q._const("scales", np.array([1, 1, 2, 2], np.float32))], "r",
+               mode="nearest", coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+    q.nodes.append(helper.make_node("QuantizeLinear", [r, s, z], ["r_q"], name="r_q"))
+    q.scales["r_q"] = (s, z)
+    model = q.model({"x": (1, 2, 4, 4)}, q.dequantize("r_q", "out"))
+    graph, _ = fuse(model)
+    assert ops(graph) == ["QuantizeLinear", "Resize", "DequantizeLinear"]
+    assert_within_one_step(model, 0.05, backend)
+    if backend == "auto":
+        assert "0 node(s) on PyTorch" in str(autofusion.compile(model).plan)
