@@ -12,12 +12,12 @@ from onnx import TensorProto, helper, numpy_helper
 from torch import nn
 
 import autofusion
-from autofusion.backend.precision import cpu_flags
+from autofusion.backend.native.build import has_vnni
 
 # ONNX Runtime's u8·s8 kernels are exact where the CPU has VNNI; on AVX2 alone they add products
 # in pairs into saturating 16-bit lanes (vpmaddubsw), and a result may be steps away from the
 # graph's: there they are no reference
-ORT_INT8_EXACT = bool({"avx512_vnni", "avx_vnni", "amx_int8"} & cpu_flags())
+ORT_INT8_EXACT = has_vnni()
 
 TYPES = {np.uint8: TensorProto.UINT8, np.int8: TensorProto.INT8, np.uint16: TensorProto.UINT16,
          np.int16: TensorProto.INT16, np.int32: TensorProto.INT32, np.float32: TensorProto.FLOAT}

@@ -107,6 +107,13 @@ def vector_lanes() -> int:
     return 16 if gcc and " avx512f " in f" {_cpu().split('|')[-1]} " else 1
 
 
+def has_vnni() -> bool:
+    """u8·s8 dot products summed exactly in s32 (AVX-512 VNNI, AVX-VNNI, AMX-int8); without them
+    oneDNN's int8 kernels add products in pairs into saturating 16-bit lanes."""
+    flags = set(_cpu().split("|")[-1].split())
+    return bool({"avx512_vnni", "avx_vnni", "amx_int8"} & flags)
+
+
 def _cpu() -> str:
     """The CPU's model and flags: -march=native code is only valid on the CPU it was built for."""
     try:

@@ -27,6 +27,7 @@ from ...ir.shapes.tensor import pad_counts
 from ...ir.symbolic import add, is_size, is_symbolic, maximum, mul, product, same_where_nonempty, sub
 from ..impl import Impl, implementations, register
 from ..quantize import dequantize, quantize   # a table's values, as the PyTorch kernel computes them
+from .build import has_vnni
 from .emit import PartitionSource, dims
 
 Emitter = Callable[[Node, PartitionSource], None]
@@ -995,6 +996,8 @@ def _int8_problem(node: Node) -> str | None:
     constant weight of int8 with zero points of 0 (oneDNN's int8 kernels take none for weights)
     and its scales constant; a constant float bias."""
     w, w_zero_point, w_scale = node.inputs[1], node.input(6), node.inputs[5]
+    if not has_vnni():
+        return "this CPU has no VNNI: oneDNN's int8 products would add in saturating 16-bit lanes"
     if w.dtype != DType.INT8 or w.const is None:
         return f"the weight {w.name!r} is not a constant of int8"
     if w_zero_point is not None and (w_zero_point.const is None or np.any(w_zero_point.const != 0)):

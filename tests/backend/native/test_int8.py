@@ -89,3 +89,13 @@ def test_a_qdq_graph_runs_in_one_native_partition_on_int8_kernels(build):
 def test_a_function_of_integers_runs_as_a_table_and_a_product_in_one_pass():
     plan = native_steps(autofusion.compile(qdq_silu_block("Sigmoid")))
     assert "runtime int8 table" in plan and "runtime int8 mul" in plan and "1 native partition(s)" in plan
+
+
+def test_without_vnni_the_int8_products_run_on_pytorch_and_the_plan_says_why(monkeypatch):
+    from autofusion.backend.native import impls
+    monkeypatch.setattr(impls, "has_vnni", lambda: False)
+    compiled = autofusion.compile(qdq_conv_block())
+    assert "this CPU has no VNNI" in str(compiled.plan)
+    reference = autofusion.compile(qdq_conv_block(), level=0, backend="torch")
+    x = np.random.default_rng(0).standard_normal((1, 8, 8, 8)).astype(np.float32)
+    np.testing.assert_array_equal(compiled(x), reference(x))
