@@ -538,7 +538,9 @@ def _equal_at_run_time(a: Value, b: Value) -> list[tuple]:
 def check_binary(node: Node) -> str | None:
     if len(node.inputs) != 2:
         return f"{len(node.inputs)} operands: oneDNN's binary takes two"
-    why = dense(node)
+    # a scalar constant (an attention's 1/√d, GELU's 1) is held as [1, …, 1] (emit_binary)
+    scalars = [i for i, v in enumerate(node.inputs) if v.const is not None and not v.shape and v.dtype == DType.FLOAT]
+    why = dense(node, tuple(i for i in range(2) if i not in scalars))
     if why:
         return why
     ops = _binary_operands(node)

@@ -36,7 +36,7 @@ def test_quantize_rounds_ties_to_even_and_saturates(qtype, zero_point):
     x = ((np.arange(-300, 300) + 0.5) * scale).astype(np.float32)   # x / scale: every half integer
     m = model([helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"], name="q")],
               {"x": (np.float32, x.shape)}, ("y", qtype), {"s": scale, "z": np.array(zero_point, qtype)})
-    compiled = autofusion.compile(m)
+    compiled = autofusion.compile(m, backend="native")
     assert "runtime quantize" in native_steps(compiled)
     info = np.iinfo(qtype)
     want = np.clip(np.rint(x / scale) + zero_point, info.min, info.max).astype(qtype)
@@ -51,7 +51,7 @@ def test_dequantize_reads_the_callers_integers(qtype, zero_point):
     x = np.arange(info.min, info.max + 1).astype(qtype).reshape(1, -1)
     m = model([helper.make_node("DequantizeLinear", ["x", "s", "z"], ["y"], name="dq")],
               {"x": (qtype, x.shape)}, ("y", np.float32), {"s": np.float32(0.037), "z": np.array(zero_point, qtype)})
-    compiled = autofusion.compile(m)
+    compiled = autofusion.compile(m, backend="native")
     assert "runtime dequantize" in native_steps(compiled)
     np.testing.assert_array_equal(compiled.run({"x": x})["y"],
                                   (x.astype(np.int32) - zero_point).astype(np.float32) * np.float32(0.037))
@@ -71,7 +71,7 @@ def test_int8_convolution_rounds_ties_to_even():
               {"x": (np.float32, x.shape)}, ("out", np.float32),
               {"one": np.float32(1), "two": np.float32(2), "zu": np.uint8(0), "zs": np.int8(0),
                "wq": np.eye(c, dtype=np.int8).reshape(c, c, 1, 1)})
-    compiled = autofusion.compile(m)
+    compiled = autofusion.compile(m, backend="native")
     assert "autofusion::QuantizedConv) via onednn" in native_steps(compiled)
     np.testing.assert_array_equal(compiled.run({"x": x})["out"], np.rint(x / 2) * 2)
 
@@ -80,21 +80,21 @@ def test_int8_convolution_rounds_ties_to_even():
                                    lambda: qdq_linear(trans_b=False, rows=(2, 5))],
                          ids=["residual", "depthwise", "matmul"])
 def test_a_qdq_graph_runs_in_one_native_partition_on_int8_kernels(build):
-    compiled = autofusion.compile(build())
+    compiled = autofusion.compile(build(), backend="native")
     plan = native_steps(compiled)
     assert "1 native partition(s)" in plan
     assert any(f"autofusion::{op}) via onednn" in plan for op in ("QuantizedConv", "QuantizedMatMul"))
 
 
 def test_a_function_of_integers_runs_as_a_table_and_a_product_in_one_pass():
-    plan = native_steps(autofusion.compile(qdq_silu_block("Sigmoid")))
+    plan = native_steps(autofusion.compile(qdq_silu_block("Sigmoid"), backend="native"))
     assert "runtime int8 table" in plan and "runtime int8 mul" in plan and "1 native partition(s)" in plan
 
 
 def test_without_vnni_the_int8_products_run_on_pytorch_and_the_plan_says_why(monkeypatch):
     from autofusion.backend.native import impls
     monkeypatch.setattr(impls, "has_vnni", lambda: False)
-    compiled = autofusion.compile(qdq_conv_block())
+    compiled = autofusion.compile(qdq_conv_block(), backend="native")
     assert "this CPU has no VNNI" in str(compiled.plan)
     reference = autofusion.compile(qdq_conv_block(), level=0, backend="torch")
     x = np.random.default_rng(0).standard_normal((1, 8, 8, 8)).astype(np.float32)

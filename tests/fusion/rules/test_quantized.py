@@ -147,7 +147,7 @@ def test_a_weight_zero_point_runs_on_pytorch_and_the_plan_says_why():
     model = qdq_conv_block(per_channel=False)
     zp = next(i for i in model.graph.initializer if i.name == "w_zp")
     zp.CopyFrom(numpy_helper.from_array(np.array(3, np.int8), "w_zp"))
-    compiled = autofusion.compile(model)
+    compiled = autofusion.compile(model, backend="native")
     assert "weight's zero point 'w_zp' is not 0" in str(compiled.plan)
     assert_within_one_step(model, 0.1)
 
@@ -250,7 +250,7 @@ def test_reshape_and_transpose_between_one_scale_run_on_the_integers(backend):
     assert matched(report, "QuantizedMoveFusionOp") == 2
     assert_within_one_step(model, 0.05, backend)
     if backend == "auto":
-        assert "1 native partition(s), 0 node(s) on PyTorch" in str(autofusion.compile(model).plan)
+        assert "1 native partition(s), 0 node(s) on PyTorch" in str(autofusion.compile(model, backend="native").plan)
 
 
 def test_linear_resize_is_a_near_miss():
@@ -288,4 +288,4 @@ def test_nearest_resize_between_one_scale_runs_on_the_integers(backend):
     assert ops(graph) == ["QuantizeLinear", "Resize", "DequantizeLinear"]
     assert_within_one_step(model, 0.05, backend)
     if backend == "auto":
-        assert "0 node(s) on PyTorch" in str(autofusion.compile(model).plan)
+        assert "0 node(s) on PyTorch" in str(autofusion.compile(model, backend="native").plan)
