@@ -99,3 +99,16 @@ def test_without_vnni_the_int8_products_run_on_pytorch_and_the_plan_says_why(mon
     reference = autofusion.compile(qdq_conv_block(), level=0, backend="torch")
     x = np.random.default_rng(0).standard_normal((1, 8, 8, 8)).astype(np.float32)
     np.testing.assert_array_equal(compiled(x), reference(x))
+
+
+def test_a_qdq_model_with_dynamic_sizes_runs_natively_at_each_size():
+    model = qdq_conv_block(residual=True)
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    dims[0].dim_param, dims[2].dim_param, dims[3].dim_param = "N", "H", "W"
+    compiled = autofusion.compile(model, backend="native")
+    reference = autofusion.compile(model, level=0, backend="torch")
+    for shape in [(1, 8, 8, 8), (2, 8, 12, 10)]:
+        x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+        steps = np.abs(compiled(x) - reference(x)) / 0.12
+        assert steps.max() <= 1 + 1e-4 and (steps > 0.5).mean() < 0.01
+    assert "1 native partition(s), 0 node(s) on PyTorch" in str(compiled.plan)
