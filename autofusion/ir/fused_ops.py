@@ -90,14 +90,20 @@ def fused_matmul(op: GraphBuilder, node: Node, a, b, c=None, residual=None):
 # then the scales and zero points of x, of w (per tensor, or per output channel along w's `axis`)
 # and of the output. Their meaning is the Q/DQ graph they came from, rounding and all.
 
-def _quantized_type(node: Node):
-    zp = node.input(8)
+def _quantized_type(node: Node, zero_point: int = 8):
+    """The output's type: its zero point's (input `zero_point`), else uint8 (QuantizeLinear's)."""
+    zp = node.input(zero_point)
     return zp.dtype if zp is not None else DType.UINT8
 
 
 def _quantized_product(node: Node):
     (shape, _), = _product(node)
     return [(shape, _quantized_type(node))]
+
+
+def _quantized_elementwise(zero_point: int):
+    """x's shape (the operands have one shape), in the output zero point's type."""
+    return lambda node: [(node.inputs[0].shape, _quantized_type(node, zero_point))]
 
 
 def _dequantized_operands(op: GraphBuilder, node: Node, x, w, x_scale, x_zero_point, w_scale, w_zero_point):
@@ -138,11 +144,11 @@ def _quantized_binary(name: str):
     return decomposition
 
 
-fused_op("QuantizedAdd", OpClass.ELEMWISE)(_quantized_binary("Add"))
-fused_op("QuantizedMul", OpClass.ELEMWISE)(_quantized_binary("Mul"))
+fused_op("QuantizedAdd", OpClass.ELEMWISE, _quantized_elementwise(7))(_quantized_binary("Add"))
+fused_op("QuantizedMul", OpClass.ELEMWISE, _quantized_elementwise(7))(_quantized_binary("Mul"))
 
 
-@fused_op("QuantizedActivation", OpClass.ELEMWISE)
+@fused_op("QuantizedActivation", OpClass.ELEMWISE, _quantized_elementwise(4))
 def quantized_activation(op: GraphBuilder, node: Node, x, x_scale, x_zero_point, y_scale, y_zero_point=None):
     """Q(act(DQ(x))): a function of 256 integers, which a table of 256 holds."""
     y = apply_activation(op, node, op.DequantizeLinear(x, x_scale, x_zero_point))

@@ -603,6 +603,8 @@ def emit_view(node: Node, p: PartitionSource) -> None:
 
 
 def check_concat(node: Node) -> str | None:
+    if node.outputs[0].dtype in INTEGERS:   # a quantized model's, one scale for all (rules/quantized.py)
+        return first(_computed(node, *range(len(node.inputs))), dense(node, types=INTEGERS))
     return dense(node)
 
 

@@ -8,6 +8,7 @@ QuantizeLinear after it, as the int8 op it stands for.
     MaxPool(x)                    = Q(MaxPool(DQ(x)))   with one scale and zero point, and so for
                                                         Reshape, Transpose, Slice, … (MOVES)
     DQ(Gather(x, i))              = Gather(DQ(x), i)    an embedding table's rows
+    Concat(Q(DQ(x1)), …)          = Q(Concat(DQ(x1), …)) each input requantized to the output's scale
 
 and the QOperator format's QLinearConv and QLinearMatMul, which are the first two as one node.
 
@@ -130,6 +131,12 @@ def moved(op_type: str):
                                  *(e1, e2, e3, e4)[:MOVES[op_type]], _name="moved")
         return op.QuantizeLinear(y, y_scale, y_zero_point, _name="q")
     return pattern
+
+
+def quantized_output(op, y, y_scale, y_zero_point=None):
+    """Q(y): a Concat of dequantized inputs is found by the rule's `applies` (the pattern language
+    has no variadic op)."""
+    return op.QuantizeLinear(y, y_scale, y_zero_point, _name="q")
 
 
 # ---- checks ---------------------------------------------------------------------------------
@@ -291,6 +298,18 @@ def check_gather(m: Match) -> str | None:
     return None
 
 
+def applies_concat(m: Match) -> bool:
+    """Q(Concat(DQ(x1), DQ(x2), …)), every input dequantized and the Concat read by the Q alone."""
+    concat = m.y.producer
+    return (concat is not None and concat.op == "Concat" and len(m.y.uses) == 1 and
+            all(v.producer is not None and v.producer.op == "DequantizeLinear" for v in concat.inputs))
+
+
+def check_concat(m: Match) -> str | None:
+    return (next((why for v in m.y.producer.inputs if (why := _eight_bit_per_tensor(v.producer))), None)
+            or _output_problem(m))
+
+
 def check_moved(m: Match) -> str | None:
     moved = m.node("moved")
     if moved.op_type == "Resize" and moved.attr("mode", "nearest") != "nearest":
@@ -386,6 +405,20 @@ def replace_gather(op, m: Match) -> Value:
     return op.DequantizeLinear(rows, dq.inputs[1], dq.input(2), _domain="", **dq.attrs)
 
 
+def replace_concat(op, m: Match) -> Value:
+    """Concat(Q(DQ(x1)), Q(DQ(x2)), …) with the output's scale: each input requantized (a table of
+    256, or as it is where its scale is the output's), then concatenated as integers."""
+    concat, q = m.y.producer, m.node("q")
+    parts = []
+    for v in concat.inputs:
+        dq = v.producer
+        x = dq.inputs[0]
+        same = (_same_constant(dq.inputs[1], q.inputs[1]) and _same_constant(dq.input(2), q.input(2))
+                and x.dtype == q.outputs[0].dtype)
+        parts.append(x if same else op.QuantizedActivation(x, dq.inputs[1], dq.input(2), q.inputs[1], q.input(2)))
+    return op.Concat(*parts, _domain="", **concat.attrs)
+
+
 def replace_moved(op, m: Match) -> Value:
     moved = m.node("moved")
     return getattr(op, moved.op_type)(m.x, *moved.inputs[1:], _domain="", **moved.attrs)
@@ -421,6 +454,10 @@ RULES = [
          "Gather of a DequantizeLinear → the Gather over the integers, dequantized after: a quantized "
          "embedding table is never dequantized whole",
          [gather_of_dequantized], replace_gather, check_gather, named_after="gather"),
+    Rule("QuantizedConcatFusionOp", 1,
+         "DequantizeLinear ×n → Concat → QuantizeLinear → each input requantized to the output's scale, "
+         "concatenated as integers",
+         [quantized_output], replace_concat, check_concat, applies_concat, named_after="q"),
     Rule("QuantizedMoveFusionOp", 1,
          "DequantizeLinear → MaxPool/Reshape/Transpose/Slice/… → QuantizeLinear with one scale → the op over "
          "the integers",

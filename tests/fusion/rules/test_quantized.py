@@ -289,3 +289,36 @@ def test_nearest_resize_between_one_scale_runs_on_the_integers(backend):
     assert_within_one_step(model, 0.05, backend)
     if backend == "auto":
         assert "0 node(s) on PyTorch" in str(autofusion.compile(model, backend="native").plan)
+
+
+def qdq_concat(same_scale: bool) -> onnx.ModelProto:
+    """DQ(a), DQ(b) → Concat → Q → DQ, a and b quantized with scales of their own (or the output's)."""
+    q = QdqGraph()
+    aq, bq = q.quantize("a", 0.05, 128), q.quantize("b", 0.05 if same_scale else 0.02, 128 if same_scale else 90)
+    y = q.node("Concat", [q.dequantize(aq, "cat"), q.dequantize(bq, "cat")], "cat", axis=1)
+    return q.model({"a": (1, 3, 4, 4), "b": (1, 5, 4, 4)}, q.dequantize(q.quantize(y, 0.05, 128), "out"))
+
+
+@pytest.mark.parametrize("same_scale", [True, False])
+def test_a_concat_of_dequantized_inputs_concatenates_integers(same_scale):
+    graph, report = fuse(qdq_concat(same_scale))
+    requantized = [] if same_scale else ["autofusion::QuantizedActivation"]
+    assert sorted(ops(graph)) == sorted(["QuantizeLinear", "QuantizeLinear", *requantized, "Concat", "DequantizeLinear"])
+    assert next(n for n in graph.nodes if n.op == "Concat").outputs[0].dtype.name == "UINT8"
+    assert matched(report, "QuantizedConcatFusionOp") == 1
+
+
+@pytest.mark.parametrize("backend", ["auto", "torch"])
+def test_an_int8_concat_equals_the_qdq_graph(backend):
+    assert_within_one_step(qdq_concat(False), 0.05, backend)
+    if backend == "auto":
+        assert "0 node(s) on PyTorch" in str(autofusion.compile(qdq_concat(False), backend="native").plan)
+
+
+def test_a_concat_with_a_float_input_stays_float():
+    q = QdqGraph()
+    aq = q.quantize("a", 0.05, 128)
+    y = q.node("Concat", [q.dequantize(aq, "cat"), "b"], "cat", axis=1)
+    model = q.model({"a": (1, 3, 4, 4), "b": (1, 5, 4, 4)}, q.dequantize(q.quantize(y, 0.05, 128), "out"))
+    graph, report = fuse(model)
+    assert "Concat" in ops(graph) and matched(report, "QuantizedConcatFusionOp") == 0

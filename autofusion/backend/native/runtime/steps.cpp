@@ -469,10 +469,14 @@ void Partition::matmul(int dst, int a, int b, int c, bool trans_a, bool trans_b,
 
 void Partition::concat(int dst, const std::vector<int>& srcs, int axis) {
   Impl& m = *impl_;
-  // one data type for all: bf16 only where every source is bf16
-  dt type = dt::bf16;
+  // one data type for all: bf16 only where every source is bf16; integers (a quantized model's,
+  // one scale for all) as they are
+  dt type = m.val(dst).type != dt::f32 ? m.val(dst).type : dt::bf16;
   for (int s : srcs)
-    if (m.md_of(s).get_data_type() != dt::bf16) type = dt::f32;
+    if (m.md_of(s).get_data_type() != type) {
+      if (type != dt::bf16) m.fail("a concat of integers and other values");
+      type = dt::f32;
+    }
   std::vector<int> ins;
   std::vector<memory::desc> mds;
   for (int s : srcs) {
