@@ -1050,11 +1050,11 @@ def emit_quantized_activation(node: Node, p: PartitionSource) -> None:
     """A table of the function's 256 results, computed here as the PyTorch kernel computes them
     (dequantized, the activation in f32, quantized), read by the runtime's own loop."""
     info = np.iinfo(node.inputs[0].dtype.numpy)
-    codes = torch.arange(info.min, info.max + 1)
-    scale_zero = [torch.tensor(float(_scale(node.inputs[i]))) for i in (1, 3)]
-    x = dequantize(codes, scale_zero[0], torch.tensor(_zero_point(node.input(2))))
+    codes = torch.arange(info.min, info.max + 1)   # every input, in the table's order
+    x_scale, y_scale = (torch.tensor(_scale(node.inputs[i])) for i in (1, 3))
+    x = dequantize(codes, x_scale, torch.tensor(_zero_point(node.input(2))))
     act, params = activation(node)
-    y = quantize(act.torch(torch.nn.functional, x, *params), scale_zero[1], torch.tensor(_zero_point(node.input(4))),
+    y = quantize(act.torch(torch.nn.functional, x, *params), y_scale, torch.tensor(_zero_point(node.input(4))),
                  getattr(torch, node.outputs[0].dtype.numpy.name))
     p.call("lookup", p.out(node), p.ref(node.inputs[0]), p.const(y.numpy().astype(np.float32), f"{node.name}_table"))
 
