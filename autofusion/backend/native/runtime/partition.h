@@ -50,6 +50,7 @@ bool view_reshaped(const Dims& dims, const Dims& strides, const Dims& to, Dims& 
 std::pair<memory::desc, memory::desc> simplified(const memory::desc& src, const memory::desc& dst);
 bool channel_minor(const memory::desc& md, int64_t& outer, int64_t& pixels, int64_t& inner);
 Dims onednn_dilations(const Dims& d);
+Dims grouped_weight(const Dims& onnx, int64_t groups);
 size_t align_up(size_t n);
 memory::desc in_order_of(const memory::desc& b, const memory::desc& a);
 

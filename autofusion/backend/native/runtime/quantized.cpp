@@ -60,6 +60,8 @@ void combined_into(const A* a, const B* b, Y* y, int64_t n, const float* scales,
   }
 }
 
+bool eight_bit(dt t) { return t == dt::u8 || t == dt::s8; }
+
 // f(T{}) with T the C++ type of the 8-bit type t
 template <class F>
 void with_type(dt t, F f) {
@@ -115,7 +117,7 @@ void Partition::dequantize(int dst, int src, float scale, int zero_point) {
   src = m.dense(src);
   const memory::desc& from = m.md_of(src);
   const dt type = from.get_data_type();
-  if (type != dt::u8 && type != dt::s8) m.fail("dequantize reads u8 or s8");
+  if (!eight_bit(type)) m.fail("dequantize reads u8 or s8");
   const int y = m.produce(dst, retyped(from, dt::f32));
   Exec own{dnnl::primitive(), {Impl::use(DNNL_ARG_SRC, src), Impl::use(DNNL_ARG_DST, y)}, {}, m.node, m.step};
   own.own = [=](Exec& e) {
@@ -138,8 +140,7 @@ void Partition::qbinary(int dst, int a, int b, Bin op, float a_scale, int a_zero
   const memory::desc& layout = m.md_of(a);
   b = m.ensure(m.dense(b), retyped(layout, m.md_of(b).get_data_type()));   // b in a's layout
   const dt ta = layout.get_data_type(), tb = m.md_of(b).get_data_type(), ty = m.val(dst).type;
-  for (dt t : {ta, tb, ty})
-    if (t != dt::u8 && t != dt::s8) m.fail("an int8 binary step reads and writes u8 or s8");
+  if (!eight_bit(ta) || !eight_bit(tb) || !eight_bit(ty)) m.fail("an int8 binary step reads and writes u8 or s8");
   const int y = m.produce(dst, retyped(layout, ty));
   Exec own{dnnl::primitive(), {Impl::use(DNNL_ARG_SRC_0, a), Impl::use(DNNL_ARG_SRC_1, b), Impl::use(DNNL_ARG_DST, y)},
            {}, m.node, m.step};
@@ -175,8 +176,7 @@ void Partition::lookup(int dst, int src, int table) {
   src = m.dense(src);
   const memory::desc& from = m.md_of(src);
   const dt tx = from.get_data_type(), ty = m.val(dst).type;
-  for (dt t : {tx, ty})
-    if (t != dt::u8 && t != dt::s8) m.fail("a table of an int8 function reads and writes u8 or s8");
+  if (!eight_bit(tx) || !eight_bit(ty)) m.fail("a table of an int8 function reads and writes u8 or s8");
   Val& t = m.val(table);
   if (t.kind != Kind::Constant || product(t.shape, 0, t.shape.size()) != 256) m.fail("a table is 256 constants");
   std::array<uint8_t, 256> bytes;   // the results' bytes, by the input's byte
@@ -230,16 +230,12 @@ void Partition::qconv(int dst, int src, int w, int b, const Dims& strides, const
                       int w_scales, float src_scale, int src_zero_point, float dst_scale, int dst_zero_point) {
   Impl& m = *impl_;
   const Quantization q{src_scale, src_zero_point, dst_scale, dst_zero_point};
-  Dims wdims = m.val(w).shape;   // ONNX [O, I/g, k...]; oneDNN's grouped form [g, O/g, I/g, k...]
-  if (groups > 1) {
-    wdims.insert(wdims.begin(), groups);
-    wdims[1] /= groups;
-  }
+  const Dims wdims = grouped_weight(m.val(w).shape, groups);
   const bool per_channel = product(m.val(w_scales).shape, 0, m.val(w_scales).shape.size()) > 1;
   const int weight_mask = per_channel ? (groups > 1 ? 3 : 1) : 0;
   const memory::desc bias_md = b >= 0 ? plain(m.val(b).shape) : memory::desc();
   const dt src_type = m.md_of(src).get_data_type(), dst_type = m.val(dst).type;
-  if (src_type != dt::u8 && src_type != dt::s8) m.fail("an int8 convolution reads u8 or s8");
+  if (!eight_bit(src_type)) m.fail("an int8 convolution reads u8 or s8");
   auto writing = [&](const memory::desc& src_md, const memory::desc& dst_md) {
     return dnnl::convolution_forward::primitive_desc(
         m.eng, dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src_md,
@@ -265,7 +261,7 @@ void Partition::qmatmul(int dst, int a, int w, int b, bool trans_b, const Acts& 
   const Quantization q{a_scale, a_zero_point, dst_scale, dst_zero_point};
   a = m.ensure(a, plain(m.val(a).shape, m.md_of(a).get_data_type()));
   const dt a_type = m.md_of(a).get_data_type(), dst_type = m.val(dst).type;
-  if (a_type != dt::u8 && a_type != dt::s8) m.fail("an int8 product reads u8 or s8");
+  if (!eight_bit(a_type)) m.fail("an int8 product reads u8 or s8");
   const Dims& shape = m.val(a).shape;
   const int64_t k = shape.back(), rows = product(shape, 0, shape.size() - 1);
   const Dims wshape = m.val(w).shape;

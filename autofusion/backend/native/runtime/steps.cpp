@@ -103,11 +103,7 @@ void Partition::conv(int dst, int src, int w, int b, int residual, const Dims& s
                      const Dims& dilations, const Dims& pad_begin, const Dims& pad_end,
                      int64_t groups, const Acts& acts, bool in_place) {
   Impl& m = *impl_;
-  Dims wdims = m.val(w).shape;   // ONNX [O, I/g, k...]; oneDNN's grouped form [g, O/g, I/g, k...]
-  if (groups > 1) {
-    wdims.insert(wdims.begin(), groups);
-    wdims[1] /= groups;
-  }
+  const Dims wdims = grouped_weight(m.val(w).shape, groups);
   memory::desc bias_md = b >= 0 ? plain(m.val(b).shape) : memory::desc();
   std::vector<memory::desc> adds;
   if (residual >= 0) {

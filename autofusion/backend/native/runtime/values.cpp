@@ -153,6 +153,16 @@ Dims onednn_dilations(const Dims& d) {
   return out;
 }
 
+// a convolution's weight dims as oneDNN takes them: ONNX's [O, I/g, k...], grouped [g, O/g, I/g, k...]
+Dims grouped_weight(const Dims& onnx, int64_t groups) {
+  Dims dims = onnx;
+  if (groups > 1) {
+    dims.insert(dims.begin(), groups);
+    dims[1] /= groups;
+  }
+  return dims;
+}
+
 size_t align_up(size_t n) { return (n + 63) / 64 * 64; }
 
 // A dense operand `b` seen with the axis order of `a`'s strides (nhwc for an nhwc `a`): the same
