@@ -112,3 +112,19 @@ def test_a_qdq_model_with_dynamic_sizes_runs_natively_at_each_size():
         steps = np.abs(compiled(x) - reference(x)) / 0.12
         assert steps.max() <= 1 + 1e-4 and (steps > 0.5).mean() < 0.01
     assert "1 native partition(s), 0 node(s) on PyTorch" in str(compiled.plan)
+
+
+def test_a_sum_with_constant_integers_runs_on_pytorch_and_the_plan_says_why():
+    """The program's constants are f32: an int8 step reads computed integers only (BERT's position
+    embeddings, gathered by constant indices, are such a constant)."""
+    from tests.helpers import QdqGraph
+    q = QdqGraph()
+    xq = q.quantize("x", 0.05, 128)
+    table, _ = q.weight("c", (1, 8), per_channel=False)   # int8 constants, dequantized
+    y = q.node("Add", [q.dequantize(xq, "add"), table], "add")
+    model = q.model({"x": (1, 8)}, q.dequantize(q.quantize(y, 0.1, 128), "out"))
+    compiled = autofusion.compile(model, backend="native")
+    assert "is a constant: a native int8 step reads computed integers" in str(compiled.plan)
+    x = np.random.default_rng(2).standard_normal((1, 8)).astype(np.float32)
+    steps = np.abs(compiled(x) - autofusion.compile(model, level=0, backend="torch")(x)) / 0.1
+    assert steps.max() <= 1 + 1e-4

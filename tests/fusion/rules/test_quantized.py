@@ -322,3 +322,38 @@ def test_a_concat_with_a_float_input_stays_float():
     model = q.model({"a": (1, 3, 4, 4), "b": (1, 5, 4, 4)}, q.dequantize(q.quantize(y, 0.05, 128), "out"))
     graph, report = fuse(model)
     assert "Concat" in ops(graph) and matched(report, "QuantizedConcatFusionOp") == 0
+
+
+# ---- what the remaining rules refuse ---------------------------------------------------------
+
+def test_a_qlinear_conv_with_a_scale_computed_at_run_time_is_a_near_miss():
+    model = qlinear_model("QLinearConv", per_channel=True)
+    init = [i for i in model.graph.initializer if i.name != "xs"]
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(init)
+    model.graph.input.append(helper.make_tensor_value_info("xs", onnx.TensorProto.FLOAT, []))
+    graph, report = fuse(model)
+    assert ops(graph) == ["QLinearConv"]
+    assert "'xs' is not one constant" in near_miss(report, "QLinearConvFusionOp")
+
+
+def test_a_table_dequantized_per_axis_is_gathered_as_floats():
+    q = QdqGraph()
+    table, _ = q.weight("table", (50, 8), per_channel=True, axis=1)
+    q.node("Gather", [table, "ids"], "rows")
+    model = q.model({}, "rows")
+    model.graph.input.append(helper.make_tensor_value_info("ids", onnx.TensorProto.INT64, [3]))
+    graph, report = fuse(model)
+    assert matched(report, "QuantizedGatherFusionOp") == 0
+    assert "scales per axis or block" in near_miss(report, "QuantizedGatherFusionOp")
+
+
+def test_a_clip_with_computed_bounds_is_no_table():
+    q = QdqGraph()
+    xq = q.quantize("x", 0.05, 128)
+    y = q.node("Clip", [q.dequantize(xq, "clip"), "low"], "clip")
+    model = q.model({"x": (1, 8)}, q.dequantize(q.quantize(y, 0.05, 128), "out"))
+    model.graph.input.append(helper.make_tensor_value_info("low", onnx.TensorProto.FLOAT, []))
+    graph, report = fuse(model)
+    assert "autofusion::QuantizedActivation" not in ops(graph)
+    assert "bounds are not constants" in near_miss(report, "QuantizedActivationFusionOp")
