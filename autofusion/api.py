@@ -34,7 +34,8 @@ def compile(model: Model, level: int | None = None,  # noqa: A001 - mirrors torc
             threads: int | None = None, max_region_nodes: int | None = None,
             max_region_inputs: int | None = None, example_inputs=None, precision: str | None = None,
             calibration=None, tolerance: float | None = None, strict: bool = False,
-            size_cache: int | None = None, streams: int | None = None) -> CompiledModel:
+            size_cache: int | None = None, streams: int | None = None,
+            calibration_method: str | None = None) -> CompiledModel:
     """Compile an ONNX model (a path, a ModelProto or an IR Graph) into a callable CompiledModel.
 
     level: 0 runs every operator as imported, 1 applies clean-up and the basic rules, 2 (the
@@ -49,8 +50,14 @@ def compile(model: Model, level: int | None = None,  # noqa: A001 - mirrors torc
     accumulation where this CPU has bf16 dot products; everything else fp32) or "fp16" (on a CPU
     without fp16 arithmetic, the same as bf16), or AUTOFUSION_PRECISION. The precision guard
     checks each reduced node on calibration inputs (`calibration`: a dict by input name or an
-    .npz file; random by default) and keeps in fp32 each whose error exceeds `tolerance`
-    (default 2e-2 of its output's largest magnitude); model.report says what it kept.
+    .npz file, or a list of them; random by default) and keeps in fp32 each whose error exceeds
+    `tolerance` (default 2e-2 of its output's largest magnitude); model.report says what it kept.
+    "int8" (on a CPU with VNNI) quantizes the model as a static post-training quantizer would:
+    activation ranges from the calibration inputs (all the sets given; `calibration_method`
+    "minmax", the default, or "percentile"), weights int8 per output channel; a guard checks each
+    convolution and product alone and keeps in float each whose relative RMS error exceeds
+    `tolerance` (default 5e-2); the rest runs as bf16 would. Give real inputs: random ones
+    calibrate random ranges.
     An nn.Module compiles without dynamo for inputs shaped like `example_inputs` (see dynamo.py).
     ONNX nodes autofusion has no kernel for run on ONNX Runtime, each connected group of them as
     one session (the report names them); strict=True refuses them instead (UnsupportedOpError).
@@ -67,7 +74,7 @@ def compile(model: Model, level: int | None = None,  # noqa: A001 - mirrors torc
         if example_inputs is None:
             raise AutofusionError("compiling an nn.Module needs example_inputs (tensors shaped like its inputs)")
         return compile_module(model, example_inputs, level, disable, backend, threads, precision,
-                              calibration, tolerance)
+                              calibration, tolerance, calibration_method)
     level, disable = resolve_controls(level, disable)
     limits = resolve_region_limits(max_region_nodes, max_region_inputs)
     backend = resolve_backend(backend)
@@ -80,7 +87,7 @@ def compile(model: Model, level: int | None = None,  # noqa: A001 - mirrors torc
         name = Path(model).name if isinstance(model, (str, os.PathLike)) else graph.name
         return compile_graph(graph, name, FusionOptions(level, tuple(disable), limits),
                              BuildOptions(backend, threads, precision, calibration, tolerance, size_cache,
-                                          streams))
+                                          streams, calibration_method))
 
 
 @contextlib.contextmanager

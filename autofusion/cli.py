@@ -234,14 +234,18 @@ def _fusion_flags(p: argparse.ArgumentParser) -> None:
                         "$AUTOFUSION_MAX_REGION_NODES or 1024)")
     p.add_argument("--max-region-inputs", type=int, default=None, metavar="N",
                    help="most tensors one region reads (default: $AUTOFUSION_MAX_REGION_INPUTS or 32)")
-    p.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default=None,
+    p.add_argument("--precision", choices=("fp32", "bf16", "fp16", "int8"), default=None,
                    help="what convolutions and products compute in (default: $AUTOFUSION_PRECISION "
-                        "or fp32); bf16/fp16 are checked per node by the precision guard")
-    p.add_argument("--calibrate", metavar="INPUTS.npz", default=None,
-                   help="the precision guard's calibration inputs (default: random)")
+                        "or fp32); bf16/fp16/int8 are checked per node by the precision guard")
+    p.add_argument("--calibrate", metavar="INPUTS.npz", default=None, nargs="+",
+                   help="the precision guard's calibration inputs, one .npz per input set "
+                        "(default: random); int8's ranges are over all of them")
+    p.add_argument("--calibration-method", choices=("minmax", "percentile"), default=None,
+                   help="int8's activation ranges: smallest to largest value (minmax, the default) or "
+                        "the 0.01st to 99.99th percentile")
     p.add_argument("--tolerance", type=float, default=None,
-                   help="the guard's per-node error bound, relative to each output's largest "
-                        "magnitude (default 2e-2)")
+                   help="the guard's per-node error bound: bf16, relative to each output's largest "
+                        "magnitude (default 2e-2); int8, relative RMS (default 5e-2)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="a progress line on stderr for long work (default: $AUTOFUSION_PROGRESS, "
                         "else only where stderr is a terminal)")
@@ -254,8 +258,14 @@ def _compile(args, level=None):
                                   disable=args.disable, backend=args.backend, threads=args.threads,
                                   max_region_nodes=args.max_region_nodes,
                                   max_region_inputs=args.max_region_inputs,
-                                  precision=args.precision, calibration=args.calibrate,
-                                  tolerance=args.tolerance, strict=args.strict, streams=args.streams)
+                                  precision=args.precision, calibration=_calibration(args.calibrate),
+                                  tolerance=args.tolerance, strict=args.strict, streams=args.streams,
+                                  calibration_method=args.calibration_method)
+
+
+def _calibration(files: list[str] | None):
+    """One .npz: one input set; several: a list of them."""
+    return files[0] if files and len(files) == 1 else files
 
 
 def _strict_flag(p: argparse.ArgumentParser) -> None:

@@ -35,7 +35,7 @@ from .frontend.fx_trace import UnsupportedGraphError, fakify_dynamo_inputs, trac
 from .fusion.report import FusionReport
 from .pipeline import BuildOptions, FusionOptions, compile_graph
 
-OPTIONS = ("level", "disable", "backend", "threads", "precision", "calibration", "tolerance")
+OPTIONS = ("level", "disable", "backend", "threads", "precision", "calibration", "tolerance", "calibration_method")
 
 
 class AutofusionFallbackWarning(UserWarning):
@@ -68,15 +68,17 @@ class Controls:
     precision: str = "fp32"
     calibration: Any = None
     tolerance: float | None = None
+    calibration_method: str | None = None
 
     @classmethod
     def resolve(cls, level=None, disable: Iterable[str] | str | None = None, backend=None,
-                threads=None, precision=None, calibration=None, tolerance=None) -> "Controls":
+                threads=None, precision=None, calibration=None, tolerance=None,
+                calibration_method=None) -> "Controls":
         level, disable = resolve_controls(level, disable)
         if threads is not None and (not isinstance(threads, int) or threads < 1):
             raise AutofusionError(f"threads={threads!r}: must be a positive int")
         return cls(level, tuple(disable), resolve_backend(backend), threads,
-                   resolve_precision(precision), calibration, tolerance)
+                   resolve_precision(precision), calibration, tolerance, calibration_method)
 
     @classmethod
     def from_options(cls, options: dict | None) -> "Controls":
@@ -92,7 +94,7 @@ def compile_imported(imported: FxImport, controls: Controls, name: str) -> Compi
     """The pipeline ONNX models go through, on an imported graph."""
     return compile_graph(imported.graph, name, FusionOptions(controls.level, controls.disable),
                          BuildOptions(controls.backend, controls.threads, controls.precision, controls.calibration,
-                                      controls.tolerance),
+                                      controls.tolerance, calibration_method=controls.calibration_method),
                          lambda report: TorchReport.of(report, imported.fallbacks))
 
 
@@ -235,10 +237,11 @@ def compiled_graphs() -> list[CompiledGraph]:
 
 def compile_module(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor] | torch.Tensor,
                    level=None, disable=None, backend=None, threads=None,
-                   precision=None, calibration=None, tolerance=None) -> CompiledModel:
+                   precision=None, calibration=None, tolerance=None, calibration_method=None) -> CompiledModel:
     """Compile an nn.Module for inputs shaped like `example_inputs` (static sizes), tracing it to
     ATen with make_fx, no dynamo. The CompiledModel returns the module's tensors, flattened."""
-    controls = Controls.resolve(level, disable, backend, threads, precision, calibration, tolerance)
+    controls = Controls.resolve(level, disable, backend, threads, precision, calibration, tolerance,
+                                calibration_method)
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
     if not isinstance(module, torch.nn.Module):

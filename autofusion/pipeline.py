@@ -2,7 +2,9 @@
 
     check   every node has a kernel (one error listing all that do not)
     fuse    the rules and automatic regions of the level asked for, into the fusion report
-            (fusion/pipeline.py)
+            (fusion/pipeline.py); with precision="int8", before the rules: calibrated, each
+            product checked alone, the ones within tolerance written as the Q/DQ graph the int8
+            rules fuse (passes/int8.py, backend/int8.py)
     guard   in reduced precision, each reduced node checked against fp32 on calibration inputs
             (backend/precision.py); those over the tolerance stay fp32
     lower   the plan: each node's implementation and why, partitions, layouts (backend/lower.py)
@@ -26,7 +28,8 @@ from .backend.executor import Program, check_supported, evaluate_node
 from .backend.lower import Plan, lower
 from .backend.model import CompiledModel, check_input, input_sizes
 from .backend.native import build_partitions, unavailable
-from .backend.precision import (TOLERANCE, GuardReport, Precision, calibration_feeds, guard, output_error,
+from .backend import int8
+from .backend.precision import (TOLERANCE, GuardReport, Precision, calibration_sets, guard, output_error,
                                 propagate, resolve)
 from .backend.specialise import specialise, symbolic_dims
 from .controls import resolve_size_cache, resolve_streams, threads_per_stream
@@ -34,6 +37,7 @@ from .errors import AutofusionError
 from .fusion import optimize
 from .ir import Graph
 from .ir.onnx_runtime_call import onnx_runtime_ops
+from .passes import int8 as int8_graph
 from .progress import step
 
 STEPS = ("check", "fuse", "guard", "lower", "build", "report")
@@ -52,17 +56,26 @@ class BuildOptions:
     """What a compile asks of the steps after fusion (each resolved by controls.py)."""
     backend: str = "auto"            # auto | native | torch
     threads: int | None = None       # the OpenMP threads every kernel uses (None: torch's)
-    precision: str = "fp32"          # what was asked: fp32 | bf16 | fp16
-    calibration: Any = None          # the guard's inputs (None: random)
-    tolerance: float | None = None   # the guard's bound (None: TOLERANCE)
+    precision: str = "fp32"          # what was asked: fp32 | bf16 | fp16 | int8
+    calibration: Any = None          # the guard's inputs (None: random; a list: several sets)
+    tolerance: float | None = None   # the guards' bound (None: each guard's TOLERANCE)
     size_cache: int | None = None    # sets of sizes each native partition keeps built
     streams: int | None = None       # calls run at once, the threads split among them
+    calibration_method: str | None = None   # int8's ranges: minmax | percentile (None: minmax)
 
 
 @dataclass
 class Guarded:
     """The guard's findings, with the inputs it checked on and the fp32 outputs there."""
     report: GuardReport
+    feeds: dict
+    reference: dict
+
+
+@dataclass
+class Quantized:
+    """The int8 step's findings, with the first calibration set and the fp32 model's outputs there."""
+    report: int8.Int8Report
     feeds: dict
     reference: dict
 
@@ -102,19 +115,58 @@ def on_passing_thread(fn: Callable, *args):
 def _compile_graph(graph: Graph, name: str, fusion: FusionOptions, options: BuildOptions,
                    report_of: Callable[[Any], Any]) -> CompiledModel:
     check_supported(graph)
-    with step("fusing"):
-        report = report_of(optimize(graph, fusion.level, list(fusion.disable), evaluate_node, model_name=name,
-                                    **fusion.region_limits))
-    with step("lowering and building native code"):
-        return build_model(graph, report, options)
-
-
-def build_model(graph: Graph, report: Any, options: BuildOptions) -> CompiledModel:
-    """The steps after fusion (guard, lower, build, report) on a checked graph."""
     why_not_native = unavailable() if options.backend != "torch" else None
     if options.backend == "native" and why_not_native is not None:
         raise AutofusionError(f"backend 'native' cannot run here: {why_not_native}")
     precision = resolve(options.precision, options.backend != "torch" and why_not_native is None)
+    quantized: list[Quantized] = []   # what the int8 step found, where it ran
+
+    def to_int8(g: Graph) -> None:
+        with step("quantizing to int8"):
+            quantized.append(quantize_int8(g, options))
+
+    with step("fusing"):
+        report = report_of(optimize(graph, fusion.level, list(fusion.disable), evaluate_node, model_name=name,
+                                    before_rules=to_int8 if precision.int8 else None, **fusion.region_limits))
+    with step("lowering and building native code"):
+        return build_model(graph, report, options, why_not_native, precision, quantized[0] if quantized else None)
+
+
+def quantize_int8(graph: Graph, options: BuildOptions) -> Quantized:
+    """Calibrate on every input set, check each product alone in int8 on the first (int8.guard),
+    and rewrite the graph with the products within tolerance in int8 (passes/int8.py)."""
+    sets = calibration_sets(graph, options.calibration)
+    method = int8.resolve_method(options.calibration_method)
+    products = int8_graph.products(graph)
+    scaled_by = int8_graph.tensors(graph, set(products))
+    names = {v.name for v in scaled_by.values()}
+    found: dict[str, tuple[float, float]] = {}
+    first: dict = {}
+    for feeds in sets:
+        values = {v.name: a for v, a in propagate(_at_sizes(graph, feeds), feeds).items()}
+        int8.widen(found, values, names, method)
+        first = first or values
+    quantizations = {name: int8_graph.Quantization.of_range(*found.get(name, (0.0, 0.0))) for name in names}
+    tolerance = int8.TOLERANCE if options.tolerance is None else options.tolerance
+    report = int8.Int8Report(method, tolerance, "random" if options.calibration is None else "given", len(sets),
+                             int8.guard(products, scaled_by, quantizations, first, tolerance))
+    chosen = [n for n, c in zip(products, report.checked) if not c.kept_float]
+    quantized = {v: quantizations[s.name] for v, s in int8_graph.tensors(graph, set(chosen)).items()}
+    int8_graph.quantize(graph, chosen, quantized)
+    report.tensors = len(quantized)
+    return Quantized(report, sets[0], {v.name: first[v.name] for v in graph.outputs})
+
+
+def _at_sizes(graph: Graph, feeds: dict) -> Graph:
+    """The graph, specialised to the sizes of these inputs where it has symbolic dims."""
+    if not symbolic_dims(graph):
+        return graph
+    return specialise(graph, input_sizes(graph, [check_input(v, feeds[v.name]) for v in graph.inputs]))
+
+
+def build_model(graph: Graph, report: Any, options: BuildOptions, why_not_native: str | None,
+                precision: Precision, quantized: Quantized | None = None) -> CompiledModel:
+    """The steps after fusion (guard, lower, build, report) on a checked graph."""
     guarded = (run_guard(graph, options, why_not_native, precision) if precision.compute != "fp32" else None)
     plan = lower(graph, options.backend, why_not_native, precision.compute,
                  guarded.report.kept if guarded is not None else frozenset())
@@ -125,16 +177,14 @@ def build_model(graph: Graph, report: Any, options: BuildOptions) -> CompiledMod
     model = CompiledModel(graph, program, report, threads, size_cache,
                           guarded.report if guarded is not None else None, streams)
     if report is not None:
-        write_report(report, model, precision, guarded)
+        write_report(report, model, precision, guarded, quantized)
     return model
 
 
 def run_guard(graph: Graph, options: BuildOptions, why_not_native: str | None, precision: Precision) -> Guarded:
     """The precision guard on the calibration inputs, on the graph specialised to their sizes."""
-    feeds = calibration_feeds(graph, options.calibration)
-    checked = graph
-    if symbolic_dims(graph):
-        checked = specialise(graph, input_sizes(graph, [check_input(v, feeds[v.name]) for v in graph.inputs]))
+    feeds = calibration_sets(graph, options.calibration)[0]
+    checked = _at_sizes(graph, feeds)
     plan = lower(checked, options.backend, why_not_native, precision.compute)
     values = propagate(checked, feeds)
     tolerance = TOLERANCE if options.tolerance is None else options.tolerance
@@ -160,9 +210,11 @@ def build(graph: Graph, plan: Plan, threads: int | None, size_cache: int) -> Pro
     return Program(graph, plan, partitions, code.text(), size_cache)
 
 
-def write_report(report: Any, model: CompiledModel, precision: Precision, guarded: Guarded | None) -> None:
-    """What runs where and in which precision, into the fusion report; with the guard, the
-    end-to-end error the compiled model makes on the calibration inputs (it runs them)."""
+def write_report(report: Any, model: CompiledModel, precision: Precision, guarded: Guarded | None,
+                 quantized: Quantized | None = None) -> None:
+    """What runs where and in which precision, into the fusion report; with a guard, the
+    end-to-end error the compiled model makes on the calibration inputs (it runs them) against
+    the fp32 model's."""
     plan = model.plan
     native_symbolic = model.symbols and any(p.target == "native" for p in plan.partitions)
     report.backend = plan.summary() + (
@@ -176,10 +228,17 @@ def write_report(report: Any, model: CompiledModel, precision: Precision, guarde
                         "note": precision.note, "nodes": nodes}
     if guarded is not None:
         g = guarded.report
-        outs = model.run(guarded.feeds)
         planned = g.precisions()   # of the graph specialised to the calibration sizes
         report.precision.update(nodes={n: planned.get(n, "fp32") for n in nodes},
                                 tolerance=g.tolerance, calibration=g.calibration,
-                                checked=[vars(c) for c in g.checked],
-                                end_to_end={k: output_error(outs[k], r) for k, r in guarded.reference.items()})
+                                checked=[vars(c) for c in g.checked])
+    if quantized is not None:
+        q = quantized.report
+        report.precision["nodes"].update({n.name: "int8" for n in plan.decisions if int8_graph.computes_in_int8(n)})
+        report.precision["int8"] = {"method": q.method, "tolerance": q.tolerance, "calibration": q.calibration,
+                                    "sets": q.sets, "tensors": q.tensors, "checked": [vars(c) for c in q.checked]}
+    reference = quantized or guarded
+    if reference is not None:
+        outs = model.run(reference.feeds)
+        report.precision["end_to_end"] = {k: output_error(outs[k], r) for k, r in reference.reference.items()}
     report.onnx_runtime = onnx_runtime_ops(model.graph)

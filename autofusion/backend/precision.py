@@ -2,7 +2,8 @@
 tolerance of fp32.
 
     resolve  the precision asked for → what convolutions and products compute in here, and why
-             (bf16 needs avx512_bf16 or AMX; no fp16 arithmetic here means fp16 runs as bf16)
+             (bf16 needs avx512_bf16 or AMX; no fp16 arithmetic here means fp16 runs as bf16;
+             int8 needs VNNI, and what its guard keeps in float runs as bf16 would)
     guard    every node the plan runs in bf16, on calibration values propagated in fp32 from the
              model's inputs: its output with its operands rounded to bf16 (what oneDNN's bf16
              kernels read; products accumulate in fp32, and a result kept in bf16 is rounded
@@ -28,8 +29,9 @@ from ..ir.feeds import random_feeds
 from ..ir.fused_ops import decompose
 from .executor import evaluate_node
 from .lower import Plan, bf16_operands
+from .native.build import has_vnni
 
-PRECISIONS = ("fp32", "bf16", "fp16")
+PRECISIONS = ("fp32", "bf16", "fp16", "int8")
 TOLERANCE = 2e-2   # per fused op, relative to its output's largest magnitude
 
 
@@ -55,8 +57,9 @@ def has_fp16() -> bool:
 @dataclass(frozen=True)
 class Precision:
     requested: str
-    compute: str           # what native convolutions and products compute in: fp32 | bf16
+    compute: str           # what native convolutions and products not in int8 compute in: fp32 | bf16
     note: str = ""         # why compute differs from what was asked, if it does
+    int8: bool = False     # products quantized to int8 where the int8 guard allows (backend/int8.py)
 
 
 def resolve(requested: str, native: bool = True) -> Precision:
@@ -67,6 +70,13 @@ def resolve(requested: str, native: bool = True) -> Precision:
         return Precision("fp32", "fp32")
     if not native:
         return Precision(requested, "fp32", f"{requested} needs the native backend; running fp32")
+    if requested == "int8":
+        rest = resolve("bf16")
+        if not has_vnni():
+            return Precision("int8", rest.compute, "this CPU has no VNNI (avx512_vnni, avx_vnni or amx_int8), "
+                             f"so oneDNN's int8 products would not sum exactly: nothing in int8, running {rest.compute}")
+        return Precision("int8", rest.compute, "" if rest.compute == "bf16" else
+                         "products the int8 guard keeps in float run in fp32 (this CPU has no native bf16)", int8=True)
     if not has_bf16():
         return Precision(requested, "fp32", "this CPU has no native bf16 (avx512_bf16 or amx_bf16): "
                          "running fp32")
@@ -98,6 +108,16 @@ def calibration_feeds(graph: Graph, calibration) -> dict[str, np.ndarray]:
         raise AutofusionError(f"calibration inputs lack {missing}; the model's inputs are "
                               f"{[v.name for v in graph.inputs]}")
     return feeds
+
+
+def calibration_sets(graph: Graph, calibration) -> list[dict[str, np.ndarray]]:
+    """The calibration inputs as a list of input sets: a list or tuple gives several (int8's
+    ranges are over all of them; the bf16 guard checks on the first), anything else one."""
+    if isinstance(calibration, (list, tuple)):
+        if not calibration:
+            raise AutofusionError("calibration: an empty list of input sets")
+        return [calibration_feeds(graph, c) for c in calibration]
+    return [calibration_feeds(graph, calibration)]
 
 
 def propagate(graph: Graph, feeds: dict[str, np.ndarray]) -> dict[Value, np.ndarray]:

@@ -14,7 +14,7 @@ them; what fused there is counted in the report, saying where ("in Loop 'loop' b
 """
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Callable, Iterable
 
 from ..ir import Graph, Node
 from ..ir.control_flow import bodies
@@ -68,10 +68,12 @@ DEQUANTIZED = "DequantizeLinear copied for each reader"
 def optimize(graph: Graph, level: int, disable: Iterable[str] = (),
              evaluate: Evaluator | None = None, model_name: str = "",
              max_region_nodes: int = MAX_NODES, max_region_inputs: int = MAX_INPUTS,
-             *, body: bool = False) -> FusionReport:
+             *, body: bool = False, before_rules: Callable[[Graph], None] | None = None) -> FusionReport:
     """Run the level's passes and rules on the graph (in place) and report what happened.
     max_region_nodes / max_region_inputs bound automatic fusion's regions (level 2). body: the
-    graph is the body of an If, Loop or Scan (its types are its node's: no fp16 widening)."""
+    graph is the body of an If, Loop or Scan (its types are its node's: no fp16 widening).
+    before_rules: a rewrite of the cleaned graph before the rules (precision="int8" writes its
+    Q/DQ graph there, pipeline.py), at level 1 and up."""
     disable = list(disable)
     before_hist, before_ops, before_s = graph.op_histogram(), len(graph), seconds(graph.nodes)
     rules: list[Rule] = [r for r in RULES if r.level <= level and r.name not in disable]
@@ -83,6 +85,8 @@ def optimize(graph: Graph, level: int, disable: Iterable[str] = (),
         if not body and not any(bodies(n) for n in graph.nodes):   # a body's types are its node's:
             passes["fp16 values computed in fp32"] = widen_float16(graph)   # not widened apart
         cleanup(graph, evaluate, passes, before_rules=True)
+        if before_rules is not None:
+            before_rules(graph)
         passes[DEQUANTIZED] = dequantize_per_reader(graph)
         result = apply_rules(graph, rules)
         cleanup(graph, evaluate, passes)

@@ -194,19 +194,28 @@ class FusionReport:
         reduced = sum(1 for v in p["nodes"].values() if v == "bf16")
         lines = [f"Precision: {p['requested']} asked, {p['compute']} computed"
                  + (f" ({p['note']})" if p["note"] else "")]
-        if "checked" not in p:
-            return lines
-        kept = [c for c in p["checked"] if c["kept_fp32"]]
-        lines.append(f"  {reduced} convolution(s) and product(s) in bf16 with fp32 accumulation; "
-                     f"the rest in fp32")
-        lines.append(f"  Precision guard ({p['calibration']} calibration inputs, tolerance "
-                     f"{p['tolerance']:.1e} of each output's largest magnitude): "
-                     f"{len(p['checked'])} checked, {len(kept)} kept in fp32")
-        lines += [f"    {c['op']} {c['node']!r}: bf16 error {c['error_reduced']:.2e} -> fp32 "
-                  f"{c['error_fp32']:.2e}" for c in kept]
-        lines.append("  End-to-end error against fp32 on the calibration inputs: "
-                     + ", ".join(f"{k} {e:.2e}" if isinstance(e, float) else f"{k} not comparable ({e})"
-                                 for k, e in p["end_to_end"].items()))
+        if "int8" in p:
+            q = p["int8"]
+            kept = [c for c in q["checked"] if c["kept_float"]]
+            int8 = sum(1 for v in p["nodes"].values() if v == "int8")
+            lines.append(f"  {int8} node(s) in int8, {q['tensors']} activation(s) quantized to uint8 "
+                         f"({q['method']} ranges over {q['sets']} {q['calibration']} calibration input set(s))")
+            lines.append(f"  int8 guard (tolerance {q['tolerance']:.1e}, relative RMS error): "
+                         f"{len(q['checked'])} convolution(s) and product(s) checked, {len(kept)} kept in float")
+            lines += [f"    {c['op']} {c['node']!r}: int8 error {c['error']:.2e}" for c in kept]
+        if "checked" in p:
+            kept = [c for c in p["checked"] if c["kept_fp32"]]
+            lines.append(f"  {reduced} convolution(s) and product(s) in bf16 with fp32 accumulation; "
+                         f"the rest in fp32")
+            lines.append(f"  Precision guard ({p['calibration']} calibration inputs, tolerance "
+                         f"{p['tolerance']:.1e} of each output's largest magnitude): "
+                         f"{len(p['checked'])} checked, {len(kept)} kept in fp32")
+            lines += [f"    {c['op']} {c['node']!r}: bf16 error {c['error_reduced']:.2e} -> fp32 "
+                      f"{c['error_fp32']:.2e}" for c in kept]
+        if "end_to_end" in p:
+            lines.append("  End-to-end error against fp32 on the calibration inputs: "
+                         + ", ".join(f"{k} {e:.2e}" if isinstance(e, float) else f"{k} not comparable ({e})"
+                                     for k, e in p["end_to_end"].items()))
         return lines
 
     def __str__(self) -> str:

@@ -111,6 +111,14 @@ def _dequantized_operands(op: GraphBuilder, node: Node, x, w, x_scale, x_zero_po
             op.DequantizeLinear(w, w_scale, w_zero_point, axis=node.attr("axis", 0)))
 
 
+# ops that move or pick values without computing new ones: with one scale and zero point on both
+# sides, Q(op(DQ(x))) is op(x) exactly (nearest Resize only); each with how many inputs it reads
+# besides the data. The int8 rules run them over integers; precision="int8" quantizes through them.
+QUANTIZATION_MOVES = {"MaxPool": 0, "GlobalMaxPool": 0, "Reshape": 1, "Transpose": 0, "Flatten": 0, "Squeeze": 1,
+                      "Unsqueeze": 1, "Slice": 4, "Identity": 0, "Expand": 1, "Tile": 1, "DepthToSpace": 0,
+                      "SpaceToDepth": 0, "Resize": 3}
+
+
 @fused_op("QuantizedConv", OpClass.COMPLEX)
 def quantized_conv(op: GraphBuilder, node: Node, x, w, b, x_scale, x_zero_point, w_scale, w_zero_point,
                    y_scale, y_zero_point=None):

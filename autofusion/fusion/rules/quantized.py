@@ -29,6 +29,7 @@ import numpy as np
 from ...ir import DType, Node, Value, geometry
 from ...ir.activations import ACTIVATION_OPS, activation_of
 from ...ir.builder import FUSED_DOMAIN
+from ...ir.fused_ops import QUANTIZATION_MOVES as MOVES
 from ..pattern import Match
 from ..rule import Rule, describe, dims
 from .conv import activation_problem, conv_geometry, explicit_pads
@@ -115,13 +116,6 @@ def qlinear_matmul(op, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_sca
 
 def gather_of_dequantized(op, x, scale, indices, zero_point=None):
     return op.Gather(_dequantized(op, x, scale, zero_point, "dq_x"), indices, _name="gather")
-
-
-# ops that move or pick values without computing new ones: with one scale and zero point on both
-# sides, Q(op(DQ(x))) is op(x) exactly; each with how many inputs it reads besides the data
-MOVES = {"MaxPool": 0, "GlobalMaxPool": 0, "Reshape": 1, "Transpose": 0, "Flatten": 0, "Squeeze": 1,
-         "Unsqueeze": 1, "Slice": 4, "Identity": 0, "Expand": 1, "Tile": 1, "DepthToSpace": 0,
-         "SpaceToDepth": 0, "Resize": 3}
 
 
 def moved(op_type: str):
