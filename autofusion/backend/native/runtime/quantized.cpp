@@ -95,8 +95,10 @@ void Partition::typed(int id, Type type) {
 void Partition::quantize(int dst, int src, float scale, int zero_point) {
   Impl& m = *impl_;
   src = m.dense(src);
+  if (m.md_of(src).get_data_type() == dt::bf16)   // a bf16 product's result (a product the int8 guard kept in float)
+    src = m.ensure(src, plain(m.val(src).shape, dt::f32));
   const memory::desc& from = m.md_of(src);
-  if (from.get_data_type() != dt::f32) m.fail("quantize reads f32");
+  if (from.get_data_type() != dt::f32) m.fail("quantize reads f32 or bf16");
   const dt type = m.val(dst).type;
   const int y = m.produce(dst, retyped(from, type));
   Exec own{dnnl::primitive(), {Impl::use(DNNL_ARG_SRC, src), Impl::use(DNNL_ARG_DST, y)}, {}, m.node, m.step};
