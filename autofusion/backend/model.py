@@ -17,7 +17,7 @@ from ..ir import Graph, Value
 from .executor import Program, storage, tensors_of, to_numpy
 from .lower import lower
 from .native import affinity, load
-from .native.library import SIZE_CACHE, SizesOutOfReach, Streams
+from .native.library import SIZE_CACHE, SizesOutOfReach, Streams, shared_streams
 from .precision import GuardReport
 from .sizes import SizesCheck
 from .specialise import symbolic_dims
@@ -236,12 +236,13 @@ class CompiledModel:
             self._queued.give_back()
 
     def _start_streams(self, library, threads: int) -> Streams:
-        """The model's streams for teams of `threads`, started on the first call with that count:
-        a thread each, its team on its share of the CPUs where that pays (affinity.stream_cpus)."""
+        """The model's streams for teams of `threads`, taken on the first call with that count: a
+        thread each, its team on its share of the CPUs where that pays (affinity.stream_cpus), the
+        same threads as every model's in this process with the same count (shared_streams)."""
         with self._streams_lock:
             if threads not in self._streams:
-                self._streams[threads] = Streams(library, self.streams, threads,
-                                                 affinity.stream_cpus(self.streams, threads, os.sched_getaffinity(0)))
+                self._streams[threads] = shared_streams(library, self.streams, threads, affinity.stream_cpus(
+                    self.streams, threads, os.sched_getaffinity(0)))
             return self._streams[threads]
 
     def _plain_sizes(self, arrays: list[Array]) -> dict[str, int] | None:

@@ -8,11 +8,17 @@ random inputs), and the same file runs on:
     ORT (all)       ONNX Runtime with every optimisation (its fused QDQ kernels)
     OpenVINO        OpenVINO's CPU plugin, default settings (int8 where the file says so)
 
+and autofusion int8 compiles the fp32 file with precision="int8", calibrated on the same inputs
+the quantizer was (its own post-training quantization and guard; not the same Q/DQ graph).
+
     correct   each system's output against ONNX Runtime with its optimiser off (the Q/DQ graph as
               written) in steps of the output's quantization: the largest, and the share of
-              values a step or more apart; top-1 and top-5 agreement over --inputs fixed inputs
-    speed     alternating in blocks of runs over rounds (measure.py); L2 against the faster peer,
-              round by round
+              values a step or more apart; top-1 and top-5 agreement over --inputs fixed inputs;
+              against the fp32 model (ONNX Runtime on the fp32 file): the relative error (largest
+              |Δ| over the largest magnitude) and top-1 agreement, which compares the two
+              quantizations
+    speed     alternating in blocks of runs over rounds (measure.py); L2 and int8 against the
+              faster peer, round by round
 
     python -m autofusion.benchmarks.quantized --models resnet50,mobilenet_v3_large --rounds 8
 
@@ -56,7 +62,7 @@ def quantized(name: str, out: Path) -> Path:
 
     class Calibration(CalibrationDataReader):
         def __init__(self):
-            self.batches = iter([{k: _random_like(v, seed) for k, v in inputs.items()} for seed in range(CALIBRATION)])
+            self.batches = iter(calibration_sets(inputs))
 
         def get_next(self):
             return next(self.batches, None)
@@ -64,6 +70,11 @@ def quantized(name: str, out: Path) -> Path:
     quantize_static(str(prepared), str(path), Calibration(), quant_format=QuantFormat.QDQ, per_channel=True,
                     activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
     return path
+
+
+def calibration_sets(inputs: dict[str, torch.Tensor]) -> list[dict[str, np.ndarray]]:
+    """The fixed random inputs both quantizations calibrate on."""
+    return [{k: _random_like(v, seed) for k, v in inputs.items()} for seed in range(CALIBRATION)]
 
 
 def _random_like(t: torch.Tensor, seed: int) -> np.ndarray:
@@ -104,14 +115,18 @@ def run_model(name: str, out: Path, args) -> dict:
     inputs = example_inputs(name, 1)
     row: dict = {"model": name, "file": str(path), "errors": {}, "compile_s": {}, "correct": {}}
     case = ModelCase(name, str(path), inputs, None, args.threads)
-    systems = {"ORT (off)": OnnxRuntime("ORT_DISABLE_ALL"), "ORT (all)": OnnxRuntime("ORT_ENABLE_ALL"),
-               "autofusion L2": Autofusion(2), "OpenVINO": OpenVino("default")}
+    fp32_case = ModelCase(name, str(path.parent / f"{name}.onnx"), inputs, None, args.threads)
+    systems = {"ORT (off)": OnnxRuntime("ORT_DISABLE_ALL"), "fp32": OnnxRuntime("ORT_DISABLE_ALL"),
+               "ORT (all)": OnnxRuntime("ORT_ENABLE_ALL"), "autofusion L2": Autofusion(2),
+               "autofusion int8": Autofusion(2, precision="int8", calibration=calibration_sets(inputs)),
+               "OpenVINO": OpenVino("default")}
+    of_fp32 = {"fp32", "autofusion int8"}   # compiled from the fp32 file
     feeds = [{k: torch.from_numpy(_random_like(v, 100 + i)) for k, v in inputs.items()} for i in range(args.inputs)]
     step = output_step(path)
     answers, ready = {}, {}
     for label, system in systems.items():
         try:
-            system.load(case)
+            system.load(fp32_case if label in of_fp32 else case)
             start = time.perf_counter()
             system.compile()
             row["compile_s"][label] = round(time.perf_counter() - start, 3)
@@ -119,13 +134,20 @@ def run_model(name: str, out: Path, args) -> dict:
         except Exception as e:  # noqa: BLE001 - one system's failure is a result, the others go on
             row["errors"][label] = short_error(e)
             continue
-        if label != "ORT (off)":
+        if label not in ("ORT (off)", "fp32"):
             ready[label] = system.run
-        if label == "autofusion L2":
-            row["plan"] = system.model.plan.summary()
-    reference = answers.get("ORT (off)")
+        if label.startswith("autofusion"):
+            row["plan" if label == "autofusion L2" else "plan int8"] = system.model.plan.summary()
+        if label == "autofusion int8":
+            q = system.model.report.precision.get("int8", {})
+            row["int8"] = {"checked": len(q.get("checked", ())),
+                           "kept_float": [c["node"] for c in q.get("checked", ()) if c["kept_float"]]}
+    reference, fp32 = answers.get("ORT (off)"), answers.get("fp32")
+    row["vs_fp32"] = {label: {"rel_error": round(max(_relative(o, r) for o, r in zip(outs, fp32)), 5),
+                              "top1": agreement(outs, fp32, 1)}
+                      for label, outs in answers.items() if fp32 is not None and label != "fp32"}
     for label, outs in answers.items():
-        if reference is None or label == "ORT (off)":
+        if reference is None or label in of_fp32 or label == "ORT (off)":
             continue
         diff = np.concatenate([np.abs(o.astype(np.float64) - r).reshape(-1) for o, r in zip(outs, reference)])
         row["correct"][label] = {
@@ -136,24 +158,32 @@ def run_model(name: str, out: Path, args) -> dict:
                            describe_error=short_error)
     rounds = {k: timing.round_medians(v, args.block) for k, v in times.samples.items() if v}
     row["median_ms"] = {k: round(float(np.median(v)), 3) for k, v in rounds.items()}
-    vs = timing.against_faster(rounds, "autofusion L2", ("ORT (all)", "OpenVINO"))
-    if vs is not None:
-        row["vs_best_peer"] = round(vs, 3)
+    for label, key in (("autofusion L2", "vs_best_peer"), ("autofusion int8", "int8_vs_best_peer")):
+        vs = timing.against_faster(rounds, label, ("ORT (all)", "OpenVINO"))
+        if vs is not None:
+            row[key] = round(vs, 3)
     row["errors"].update(times.errors)
     return row
 
 
+def _relative(y: np.ndarray, ref: np.ndarray) -> float:
+    return float(np.abs(y.astype(np.float64) - ref).max() / max(float(np.abs(ref).max()), 1e-30))
+
+
 def table(rows: list[dict]) -> str:
-    lines = ["| model | autofusion L2 | ORT (all) | OpenVINO | L2 vs best | L2 max steps | L2 top-1 | ORT (all) max steps |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| model | autofusion L2 | autofusion int8 | ORT (all) | OpenVINO | L2 vs best | int8 vs best | "
+             "L2 max steps | L2 top-1 | ORT (all) max steps | top-1 vs fp32: int8 / ORT (all) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        ms, ok = r.get("median_ms", {}), r.get("correct", {})
+        ms, ok, vs = r.get("median_ms", {}), r.get("correct", {}), r.get("vs_fp32", {})
         cell = lambda d, k: "-" if d.get(k) is None else f"{d[k]:.2f}"   # noqa: E731
-        lines.append(f"| {r['model']} | {cell(ms, 'autofusion L2')} | {cell(ms, 'ORT (all)')} | "
-                     f"{cell(ms, 'OpenVINO')} | {r.get('vs_best_peer', '-')}x | "
+        lines.append(f"| {r['model']} | {cell(ms, 'autofusion L2')} | {cell(ms, 'autofusion int8')} | "
+                     f"{cell(ms, 'ORT (all)')} | {cell(ms, 'OpenVINO')} | {r.get('vs_best_peer', '-')}x | "
+                     f"{r.get('int8_vs_best_peer', '-')}x | "
                      f"{ok.get('autofusion L2', {}).get('max_steps', '-')} | "
                      f"{ok.get('autofusion L2', {}).get('top1', '-')} | "
-                     f"{ok.get('ORT (all)', {}).get('max_steps', '-')} |")
+                     f"{ok.get('ORT (all)', {}).get('max_steps', '-')} | "
+                     f"{vs.get('autofusion int8', {}).get('top1', '-')} / {vs.get('ORT (all)', {}).get('top1', '-')} |")
     return "\n".join(lines)
 
 

@@ -73,10 +73,11 @@ class Autofusion(System):
     peer = False
 
     def __init__(self, level: int, backend: str = "native", without: tuple[str, ...] = (),
-                 precision: str = "fp32"):
+                 precision: str = "fp32", calibration=None):
         self.level = level
         self.backend = backend
         self.precision = precision
+        self.calibration = calibration   # the guard's inputs (None: random)
         self.disable = tuple(op for w in without for op in LEFT_OUT[w])
         native = backend == "native"
         reduced = precision != "fp32"
@@ -89,7 +90,7 @@ class Autofusion(System):
         import autofusion
         self.model = autofusion.compile(self.case.onnx_path, level=self.level,
                                         backend=self.backend, disable=list(self.disable),
-                                        precision=self.precision)
+                                        precision=self.precision, calibration=self.calibration)
         # torch tensors in, torch tensors out: the zero-conversion path of CompiledModel
         self.feeds = {n: self.case.inputs[n] for n in self.model.input_names}
 

@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+import torch
 from onnx import TensorProto, helper, numpy_helper
 
 import autofusion
@@ -55,3 +56,23 @@ def test_many_threads_get_the_answers_of_calls_made_alone(kind, streams):
     for f, want in zip(futures, alone):
         np.testing.assert_array_equal(f.result(timeout=120), want)
     model.close()
+
+
+def test_models_with_the_same_streams_share_their_threads():
+    """Two models of one process, each called from several threads: the same stream threads run
+    both (one OpenMP pool per stream, not one per model), and every answer is the one alone."""
+    one, other = autofusion.compile(conv_model()), autofusion.compile(conv_model())
+    if one.program.whole is None:
+        pytest.skip("the torch backend runs calls on the caller's thread")
+    feeds = [torch.from_numpy(RNG.standard_normal((1, 3, 16, 16)).astype(np.float32)) for _ in range(8)]
+    alone = [(one(x), other(x)) for x in feeds]   # torch tensors: the one-call path, on the streams
+    with ThreadPoolExecutor(4) as pool:
+        both = list(pool.map(lambda x: (one(x), other(x)), feeds))
+    for got, want in zip(both, alone):
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
+    assert one._streams and one._streams.keys() == other._streams.keys()
+    assert all(one._streams[t] is other._streams[t] for t in one._streams)
+    streams = autofusion.compile(conv_model(), streams=2)
+    streams(feeds[0])
+    assert all(s is not one._streams.get(t) for t, s in streams._streams.items())   # another shape: its own
