@@ -35,6 +35,8 @@ from .backend.specialise import specialise, symbolic_dims
 from .controls import resolve_size_cache, resolve_streams, threads_per_stream
 from .errors import AutofusionError
 from .fusion import optimize
+from .fusion.rule import apply_rules
+from .fusion.rules.conv import FOLD_BATCH_NORM
 from .ir import Graph
 from .ir.onnx_runtime_call import onnx_runtime_ops
 from .passes import int8 as int8_graph
@@ -133,10 +135,12 @@ def _compile_graph(graph: Graph, name: str, fusion: FusionOptions, options: Buil
 
 
 def quantize_int8(graph: Graph, options: BuildOptions) -> Quantized:
-    """Calibrate on every input set, check each product alone in int8 on the first (int8.guard),
-    and rewrite the graph with the products within tolerance in int8 (passes/int8.py)."""
+    """BatchNormalizations folded into their convolutions; then calibrate on every input set,
+    check each product alone in int8 on the first (int8.guard), and rewrite the graph with the
+    products within tolerance in int8 (passes/int8.py)."""
     sets = calibration_sets(graph, options.calibration)
     method = int8.resolve_method(options.calibration_method)
+    apply_rules(graph, [FOLD_BATCH_NORM])   # the convolution made int8 is the folded one
     products = int8_graph.products(graph)
     scaled_by = int8_graph.tensors(graph, set(products))
     names = {v.name for v in scaled_by.values()}

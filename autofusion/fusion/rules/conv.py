@@ -284,6 +284,18 @@ def activation_problem(act: Node) -> str | None:
     return None
 
 
+def folded_conv(op, m: Match) -> Value:
+    """Conv(x, W', B'): the BatchNormalization folded, a standard Conv again."""
+    w, b = fold_batch_norm(op, m)
+    return op.Conv(m.x, w, b, _domain="", **m.node("conv").attrs)
+
+
+# Not among RULES: precision="int8" folds each BatchNormalization into its Conv before it quantizes
+# (pipeline.py), so that the convolution made int8 is the folded one, as a quantizer's
+# pre-processing (ONNX Runtime's quant_pre_process) writes it
+FOLD_BATCH_NORM = Rule("ConvBNFoldOp", 1, "Conv + BatchNormalization → Conv with the BatchNorm folded into W and B",
+                       [conv_bn], folded_conv, check_fusion)
+
 RULES = [
     Rule("ConvAddReluFusionOp", 2,
          "Conv (+BatchNormalization) + Add(residual) + Relu → FusedConv: the ResNet block tail",
