@@ -58,8 +58,8 @@ def test_resolve_without_native_code_runs_fp32_and_says_so():
 
 
 def test_unknown_precision_is_an_error(monkeypatch):
-    with pytest.raises(AutofusionError, match="choose one of fp32, bf16, fp16"):
-        P.resolve("int8")
+    with pytest.raises(AutofusionError, match="choose one of fp32, bf16, fp16, int8"):
+        P.resolve("int4")
     monkeypatch.setenv("AUTOFUSION_PRECISION", "fp8")
     with pytest.raises(AutofusionError, match="AUTOFUSION_PRECISION='fp8'"):
         autofusion.compile(ARCHITECTURES["mobilenet_block"]()[0])
