@@ -163,6 +163,22 @@ def quantized_activation(op: GraphBuilder, node: Node, x, x_scale, x_zero_point,
     return [op.QuantizeLinear(y, y_scale, y_zero_point)]
 
 
+def _dynamic_product(node: Node):
+    """x·w in float32 (x's shape but its last axis, w's columns)."""
+    (shape, _), = _product(node)
+    return [(shape, DType.FLOAT)]
+
+
+@fused_op("DynamicQuantizedMatMul", OpClass.COMPLEX, _dynamic_product)
+def dynamic_quantized_matmul(op: GraphBuilder, node: Node, x, w, w_scale, w_zero_point=None):
+    """float(MatMulInteger(q, w, zp, w_zero_point))·(scale·w_scale), (q, scale, zp) =
+    DynamicQuantizeLinear(x): x quantized to uint8 over its range on each call, as ONNX Runtime's
+    dynamic quantization writes a linear layer (w int8, its scale per tensor or per column)."""
+    q, scale, zero_point = op.DynamicQuantizeLinear(x, _outputs=3)
+    acc = op.MatMulInteger(q, w, zero_point, w_zero_point)
+    return [op.Mul(op.Cast(acc, to=int(DType.FLOAT)), op.Mul(scale, w_scale))]
+
+
 @fused_op("LayerNorm", OpClass.REDUCTION, same_as_input)
 def layer_norm(op: GraphBuilder, node: Node, x, scale=None, bias=None, residual=None):
     """LayerNormalization(x + residual): layer norm over the axes from `axis` on, with the

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...ir import Node, Value
+from ...ir import DType, Node, Value
 from ...ir.scalar import c_float
 from ..lower import Partition, Plan
 from .program import VALUE_TYPES, Acts, Call, Dims, Ids, Kernel, Name, Program
@@ -123,13 +123,15 @@ class PartitionSource:
                                name))
         return k
 
-    def temp(self, shape: list, plain: bool = False, bf16: bool = False) -> int:
+    def temp(self, shape: list, plain: bool = False, bf16: bool = False, dtype: DType | None = None) -> int:
         """A value that lives within the current step only: dense or in the layout its writer
-        picks; `bf16`: only a product in bf16 reads it."""
+        picks; `bf16`: only a product in bf16 reads it; `dtype`: integers (VALUE_TYPES)."""
         k = self._new(None)
         layout = Name("Layout::Plain" if plain else "Layout::Any")
         self.decls.append(Call("value", (k, dims(shape), self.step, self.step, layout, *((True,) if bf16 else ())),
                                f"temporary of step {self.step}"))
+        if dtype is not None:
+            self.decls.append(Call("typed", (k, Name(f"Type::{VALUE_TYPES[dtype]}"))))
         return k
 
     def define(self, write) -> Kernel:

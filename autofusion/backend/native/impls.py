@@ -1086,3 +1086,27 @@ def emit_quantized_matmul(node: Node, p: PartitionSource) -> None:
     p.call("qmatmul", p.out(node), p.ref(node.inputs[0]), p.ref(node.inputs[1]), p.ref(node.input(2)),
            p.bool(node.attr("trans_b", 0)), p.acts(node_acts(node)), _weight_scales(node, p),
            *_int8_quantization(node, p))
+
+
+def check_dynamic_quantized_matmul(node: Node) -> str | None:
+    """A float32 input, a constant 2-D int8 weight with zero point 0 and constant scales."""
+    w, w_scale, w_zero_point = node.inputs[1], node.inputs[2], node.input(3)
+    if not has_vnni():
+        return "this CPU has no VNNI: oneDNN's int8 products would add in saturating 16-bit lanes"
+    if w.dtype != DType.INT8 or w.const is None or w.const.ndim != 2:
+        return f"the weight {w.name!r} is not a 2-D constant of int8"
+    if w_zero_point is not None and (w_zero_point.const is None or np.any(w_zero_point.const != 0)):
+        return f"the weight's zero point {w_zero_point.name!r} is not 0: oneDNN's int8 kernels take none"
+    if w_scale.const is None:
+        return f"the weight's scale {w_scale.name!r} is not a constant"
+    return dense(node, (0,))
+
+
+@native(fused("DynamicQuantizedMatMul"), check=check_dynamic_quantized_matmul, plain=(0,))
+def emit_dynamic_quantized_matmul(node: Node, p: PartitionSource) -> None:
+    """The input quantized to uint8 over its range on each call (the runtime's own loop), then
+    oneDNN's int8 matmul with that zero point and the scales' product as its run-time scales."""
+    x = node.inputs[0]
+    scales = node.inputs[2].const.reshape(-1)
+    p.call("dynamic_qmatmul", p.out(node), p.ref(x), p.temp(list(x.shape), plain=True, dtype=DType.UINT8),
+           p.ref(node.inputs[1]), p.const(np.ascontiguousarray(scales, np.float32), node.inputs[2].name))

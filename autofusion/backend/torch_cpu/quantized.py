@@ -235,6 +235,19 @@ def _quantized_binary(node: Node, combine) -> Kernel:
     return run
 
 
+@kernel(fused("DynamicQuantizedMatMul"))
+def _dynamic_quantized_matmul(node: Node) -> Kernel:
+    """x quantized as DynamicQuantizeLinear does, the exact integer product, then float32 times
+    the float32 product of the two scales (the graph's Cast and Muls)."""
+    quantize_x = _dynamic_quantize_linear(node)
+
+    def run(x, w, w_scale, w_zero_point=None):
+        q, scale, zero_point = quantize_x(x)
+        acc = torch.round(centred(q, zero_point) @ centred(w, w_zero_point, -1)).to(torch.int32)
+        return acc.to(torch.float32) * (scale.to(torch.float32) * w_scale.to(torch.float32))
+    return run
+
+
 @kernel(fused("QuantizedAdd"))
 def _quantized_add(node: Node) -> Kernel:
     """Q(act(DQ(a) + DQ(b))) in float32."""

@@ -10,7 +10,10 @@ QuantizeLinear after it, as the int8 op it stands for.
     DQ(Gather(x, i))              = Gather(DQ(x), i)    an embedding table's rows
     Concat(Q(DQ(x1)), …)          = Q(Concat(DQ(x1), …)) each input requantized to the output's scale
 
-and the QOperator format's QLinearConv and QLinearMatMul, which are the first two as one node.
+and the QOperator format's QLinearConv and QLinearMatMul, which are the first two as one node; and
+ONNX Runtime's dynamic quantization of a linear layer:
+
+    DynamicQuantizedMatMul(x, w, ...) = float(MatMulInteger(DynamicQuantizeLinear(x), w))·(scale·w_scale)
 
 A quantizer (ONNX Runtime's `quantize_static`, a framework's QAT export) writes every quantized op
 this way: integer tensors flow between them, each op reading them through a DequantizeLinear and
@@ -100,6 +103,14 @@ def quantized_clip(op, x, x_scale, y_scale, x_zero_point=None, y_zero_point=None
 
 ACTIVATION_PATTERNS = [*(quantized_activation(a) for a in ACTIVATION_OPS if a != "Clip"), quantized_clip,
                        quantized_activation("Activation", FUSED_DOMAIN), quantized_activation("Gelu", FUSED_DOMAIN)]
+
+
+def dynamic_product(op, q, w, zero_point, scales, w_zero_point=None):
+    """ONNX Runtime's dynamic quantization of a linear layer: (q, zero_point) and the scale in
+    `scales` = Mul(scale, w_scale) one DynamicQuantizeLinear's outputs (the rule's `applies`
+    checks; the scales' Mul is not matched, as products that share it would each need it)."""
+    acc = op.MatMulInteger(q, w, zero_point, w_zero_point, _name="product")
+    return op.Mul(op.Cast(acc, _name="cast"), scales, _name="scaled")
 
 
 # the QOperator format: the int8 op as one ONNX node, its bias int32 at x_scale·w_scale
@@ -329,6 +340,38 @@ def applies_moved(m: Match) -> bool:
     return len(outputs) == 1 or not outputs[1].uses
 
 
+def _weight_scale(m: Match) -> Value | None:
+    """w_scale of scales = Mul(scale, w_scale), scale the DynamicQuantizeLinear's."""
+    mul, scale = m.scales.producer, m.q.producer.outputs[1]
+    if mul is None or mul.op != "Mul" or scale not in mul.inputs:
+        return None
+    return next((v for v in mul.inputs if v is not scale), scale)
+
+
+def applies_dynamic(m: Match) -> bool:
+    """q and its zero point are outputs 0 and 2 of one DynamicQuantizeLinear, its scale (output 1)
+    times the weight's is what the float sums are multiplied by, and the Cast is to float32."""
+    dq = m.q.producer
+    return (dq is not None and dq.op == "DynamicQuantizeLinear" and m.zero_point is dq.outputs[2]
+            and m.node("cast").attr("to") == int(DType.FLOAT) and _weight_scale(m) is not None)
+
+
+def check_dynamic(m: Match) -> str | None:
+    """A constant 2-D int8 weight with its scale per tensor or per column and zero point 0."""
+    product, w, w_scale, w_zero_point = m.node("product"), m.w, _weight_scale(m), m.w_zero_point
+    where = describe(product)
+    if w.const is None or w.dtype != DType.INT8 or w.const.ndim != 2:
+        return f"{where}: the weight is not a 2-D constant of int8"
+    if w_scale.const is None or w_scale.const.size not in (1, w.const.shape[1]):
+        return f"{where}: the weight's scale is not a constant per tensor or per column"
+    if w_zero_point is not None and (w_zero_point.const is None or w_zero_point.const.size not in (1, w.const.shape[1])):
+        return f"{where}: the weight's zero point is not a constant per tensor or per column"
+    x = m.q.producer.inputs[0]
+    if x.dtype != DType.FLOAT:
+        return f"{where}: {x.name!r} is not float32"
+    return None
+
+
 # ---- replacements ---------------------------------------------------------------------------
 
 def folded_bias(op, m: Match) -> Value | None:
@@ -393,6 +436,10 @@ def replace_qlinear_matmul(op, m: Match) -> Value:
                               m.y_zero_point, axis=m.w.const.ndim - 1, trans_b=0)
 
 
+def replace_dynamic(op, m: Match) -> Value:
+    return op.DynamicQuantizedMatMul(m.q.producer.inputs[0], m.w, _weight_scale(m), m.w_zero_point)
+
+
 def replace_gather(op, m: Match) -> Value:
     dq, gather = m.node("dq_x"), m.node("gather")
     rows = op.Gather(m.x, m.indices, _domain="", **gather.attrs)
@@ -431,6 +478,10 @@ RULES = [
          [qlinear_conv], replace_qlinear_conv, check_qlinear, named_after="conv"),
     Rule("QLinearMatMulFusionOp", 1, "QLinearMatMul with a constant weight → QuantizedMatMul",
          [qlinear_matmul], replace_qlinear_matmul, check_qlinear, named_after="product"),
+    Rule("DynamicQuantizedMatMulFusionOp", 1,
+         "DynamicQuantizeLinear → MatMulInteger → Cast → Mul(scale·w_scale) → DynamicQuantizedMatMul: a "
+         "linear layer of ONNX Runtime's dynamic quantization, its input quantized on each call",
+         [dynamic_product], replace_dynamic, check_dynamic, applies_dynamic, named_after="product"),
     Rule("QuantizedAddFusionOp", 1,
          "DequantizeLinear ×2 → Add (+Relu/Clip) → QuantizeLinear → QuantizedAdd: a residual's sum in one "
          "pass over the integers",

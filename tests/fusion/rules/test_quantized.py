@@ -11,6 +11,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 import autofusion
+from autofusion.backend.native.build import has_vnni
 from tests.helpers import QdqGraph, qdq_conv_block, qdq_linear, qdq_silu_block
 
 from .harness import fuse, matched, near_miss, ops
@@ -357,3 +358,70 @@ def test_a_clip_with_computed_bounds_is_no_table():
     graph, report = fuse(model)
     assert "autofusion::QuantizedActivation" not in ops(graph)
     assert "bounds are not constants" in near_miss(report, "QuantizedActivationFusionOp")
+
+
+# ---- ONNX Runtime's dynamic quantization ---------------------------------------------------------
+
+def dynamic_linear(per_column: bool = False, w_zero_point: int = 0, zero_point: str = "zp",
+                   rows: tuple = (2, 5), k: int = 48, n: int = 24) -> onnx.ModelProto:
+    """A linear layer as `quantize_dynamic` writes it: DynamicQuantizeLinear, MatMulInteger with
+    the int8 weight, Cast, the scales' product, the bias Add; the quantized input read by two
+    products (a Q/K/V projection's)."""
+    rng = np.random.default_rng(3)
+    inits = {"w0": rng.integers(-127, 128, (k, n)).astype(np.int8), "w1": rng.integers(-127, 128, (k, n)).astype(np.int8),
+             "w_scale": rng.uniform(0.001, 0.01, n if per_column else ()).astype(np.float32),
+             "w_zp": np.full(n if per_column else (), w_zero_point, np.int8),
+             "bias": rng.standard_normal(n).astype(np.float32), "fixed_zp": np.array(128, np.uint8)}
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["q", "scale", "zp"])]
+    for i in range(2):
+        nodes += [helper.make_node("MatMulInteger", ["q", f"w{i}", zero_point, "w_zp"], [f"acc{i}"]),
+                  helper.make_node("Cast", [f"acc{i}"], [f"f{i}"], to=onnx.TensorProto.FLOAT),
+                  helper.make_node("Mul", ["scale", "w_scale"], [f"s{i}"]),
+                  helper.make_node("Mul", [f"f{i}", f"s{i}"], [f"m{i}"]),
+                  helper.make_node("Add", [f"m{i}", "bias"], [f"y{i}"])]
+    nodes.append(helper.make_node("Add", ["y0", "y1"], ["y"]))
+    g = helper.make_graph(nodes, "dynamic", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [*rows, k])],
+                          [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(a, name) for name, a in inits.items()])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_dynamically_quantized_linear_layer_is_one_product():
+    graph, report = fuse(dynamic_linear())
+    products = [n for n in graph.nodes if n.op == "autofusion::DynamicQuantizedMatMul"]
+    assert len(products) == 2 and matched(report, "DynamicQuantizedMatMulFusionOp") == 2
+    assert all(p.inputs[0].name == "x" and p.inputs[1].const.dtype == np.int8 for p in products)
+    assert not any(n.op in ("DynamicQuantizeLinear", "MatMulInteger", "Cast") for n in graph.nodes)
+
+
+@pytest.mark.parametrize("backend", ["auto", "torch"])
+@pytest.mark.parametrize("per_column", [False, True])
+def test_a_dynamically_quantized_product_equals_the_graph(per_column, backend):
+    """The integer sums are exact and each float step rounds as the graph's: equal to the ulp
+    (x's zero point and the ties of its quantization walked by the random inputs)."""
+    model = dynamic_linear(per_column)
+    reference = autofusion.compile(model, level=0, backend="torch")
+    fused = autofusion.compile(model, level=2, backend=backend)
+    for seed in range(3):
+        x = np.random.default_rng(seed).standard_normal((2, 5, 48)).astype(np.float32) * (seed + 1)
+        x[0, 0, :4] = 0.0   # values on the zero point
+        np.testing.assert_allclose(fused(x), reference(x), rtol=1e-6, atol=1e-6)
+    zeros = np.zeros((2, 5, 48), np.float32)   # a range of 0: scale 1, as ONNX Runtime
+    np.testing.assert_array_equal(fused(zeros), reference(zeros))
+    if fused.plan.backend == "native":   # on oneDNN's int8 matmul where the CPU has VNNI
+        products = [n for n in fused.graph.nodes if n.op == "autofusion::DynamicQuantizedMatMul"]
+        assert all((fused.plan.decisions[n].impl.name == "onednn") == has_vnni() for n in products)
+
+
+def test_a_zero_point_not_the_quantizers_is_not_the_dynamic_product():
+    graph, report = fuse(dynamic_linear(zero_point="fixed_zp"))
+    assert matched(report, "DynamicQuantizedMatMulFusionOp") == 0
+    assert "MatMulInteger" in ops(graph)
+
+
+def test_a_weight_zero_point_leaves_the_dynamic_product_on_pytorch_and_says_why():
+    model = autofusion.compile(dynamic_linear(w_zero_point=3))
+    [product, *_] = [n for n in model.graph.nodes if n.op == "autofusion::DynamicQuantizedMatMul"]
+    if model.plan.backend == "native":
+        decision = model.plan.decisions[product]
+        assert decision.impl.name == "torch" and "zero point" in dict(decision.refused)["onednn"]

@@ -175,6 +175,9 @@ class Partition {
   // [N, K]) of integers, w_scales 1 or N values, b an f32 constant [N] or -1
   void qmatmul(int dst, int a, int w, int b, bool trans_b, const Acts& acts, int w_scales, float a_scale,
                int a_zero_point, float dst_scale, int dst_zero_point);
+  // float(Σ (q − zp)·w)·(scale·w_scales) with (q, scale, zp) = DynamicQuantizeLinear(a) on each
+  // call, q written to `quantized` (u8, a's shape): w a constant [K, N] of int8, w_scales 1 or N
+  void dynamic_qmatmul(int dst, int a, int quantized, int w, int w_scales);
 
   void finalize();
   void run(void* const* inputs, void* const* outputs);

@@ -209,6 +209,7 @@ void make(Partition& p, const Call& c) {
   else if (m == "qmatmul")
     p.qmatmul(c.i(0), c.i(1), c.i(2), c.i(3), c.flag(4), c.acts(5), c.i(6), c.f(7), int(c.i(8)), c.f(9),
               int(c.i(10)));
+  else if (m == "dynamic_qmatmul") p.dynamic_qmatmul(c.i(0), c.i(1), c.i(2), c.i(3), c.i(4));
   else if (m == "kernel") p.kernel(c.kernel(0), c.ids(1), c.ids(2), c.has(3) ? c.dims(3) : Dims{});
   else throw std::runtime_error("program: the runtime has no call '" + m + "'");
 }

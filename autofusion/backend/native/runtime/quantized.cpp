@@ -285,4 +285,63 @@ void Partition::qmatmul(int dst, int a, int w, int b, bool trans_b, const Acts& 
   m.finish(dst, y);
 }
 
+// float(Σ (q − zp)·w)·(scale·w_scales), (q, scale, zp) = DynamicQuantizeLinear(a) made on each
+// call: a's range with 0, scale (max − min)/255 in f32 (1 where a is all 0, as ONNX Runtime),
+// zp round_half_even(−min/scale) saturated to [0, 255], q quantized into `quantized` (a u8 value
+// of a's shape). The scales' product goes to the primitive as its run-time weight scales, so
+// oneDNN's f32(sum)·scale is the graph's Mul(Cast(sum), Mul(scale, w_scale)) as it rounds.
+void Partition::dynamic_qmatmul(int dst, int a, int quantized, int w, int w_scales) {
+  Impl& m = *impl_;
+  a = m.dense(a);
+  if (m.md_of(a).get_data_type() == dt::bf16) a = m.ensure(a, plain(m.val(a).shape, dt::f32));
+  if (m.md_of(a).get_data_type() != dt::f32) m.fail("a dynamically quantized product reads f32 or bf16");
+  const Dims& shape = m.val(a).shape;
+  const int64_t k = shape.back(), rows = product(shape, 0, shape.size() - 1), n = m.val(w).shape[1];
+  const Val& ws = m.val(w_scales);
+  if (ws.kind != Kind::Constant) m.fail("the weight's scales are constants");
+  const float* given = static_cast<const float*>(ws.owned.get_data_handle());
+  const std::vector<float> w_scale(given, given + product(ws.shape, 0, ws.shape.size()));
+  memory scales(memory::desc({int64_t(w_scale.size())}, dt::f32, tag::a), m.eng);   // scale·w_scale, per call
+  memory zero_point(memory::desc({1}, dt::s32, tag::a), m.eng);
+  static constexpr int SCALES = DNNL_ARG_ATTR_SCALES | DNNL_ARG_WEIGHTS, ZERO_POINT = DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC;
+
+  const int q = m.produce(quantized, plain(m.val(quantized).shape, dt::u8));
+  Exec own{dnnl::primitive(),
+           {Impl::use(DNNL_ARG_SRC, a), Impl::use(DNNL_ARG_DST, q), Impl::owned(SCALES, scales),
+            Impl::owned(ZERO_POINT, zero_point)},
+           {}, m.node, m.step};
+  own.own = [w_scale](Exec& e) {
+    const float* x = static_cast<const float*>(e.bound[DNNL_ARG_SRC].get_data_handle());
+    const int64_t count = int64_t(e.bound[DNNL_ARG_SRC].get_desc().get_size() / sizeof(float));
+    float lo = 0.f, hi = 0.f;
+#pragma omp parallel for schedule(static) reduction(min : lo) reduction(max : hi) if (count >= PARALLEL_FROM)
+    for (int64_t i = 0; i < count; ++i) {
+      lo = std::min(lo, x[i]);
+      hi = std::max(hi, x[i]);
+    }
+    const float scale = hi == lo ? 1.f : (hi - lo) / 255.f;
+    const int zp = int(std::min(255.f, std::max(0.f, std::nearbyint(-lo / scale))));
+    quantize_into(x, static_cast<uint8_t*>(e.bound[DNNL_ARG_DST].get_data_handle()), count, scale, zp);
+    float* combined = static_cast<float*>(e.bound[SCALES].get_data_handle());
+    for (size_t j = 0; j < w_scale.size(); ++j) combined[j] = scale * w_scale[j];
+    *static_cast<int32_t*>(e.bound[ZERO_POINT].get_data_handle()) = zp;
+  };
+  own.kernel = "runtime dynamic quantize";
+  m.execs.push_back(std::move(own));
+  m.finish(quantized, q);
+
+  dnnl::primitive_attr attr = m.attr({});
+  attr.set_scales_mask(DNNL_ARG_WEIGHTS, w_scale.size() > 1 ? 2 : 0);
+  attr.set_zero_points_mask(DNNL_ARG_SRC, 0);
+  const memory::desc q_md = plain({rows, k}, dt::u8), dst_md = plain({rows, n}, dt::f32);
+  dnnl::matmul::primitive_desc pd(m.eng, q_md, memory::desc({k, n}, dt::s8, tag::any), dst_md, attr);
+  const int y = m.produce(dst, plain(m.val(dst).shape, dt::f32));
+  std::vector<Arg> args{Impl::view(DNNL_ARG_SRC, q, q_md),
+                        Impl::owned(DNNL_ARG_WEIGHTS, m.constant_as(w, plain({k, n}), pd.weights_desc())),
+                        Impl::view(DNNL_ARG_DST, y, dst_md), Impl::owned(SCALES, scales),
+                        Impl::owned(ZERO_POINT, zero_point)};
+  m.add(pd, dnnl::matmul(pd), std::move(args), {});
+  m.finish(dst, y);
+}
+
 }  // namespace af
