@@ -33,6 +33,7 @@ from ..ir.onnx_runtime_call import ORT_DOMAIN
 from .legacy import per_channel_slopes
 from .onnx_checks import check_input_types, check_nodes, check_rules, check_text
 from .onnx_nodes import import_node
+from .contrib_quantized import read_contrib_quantized
 from .onnx_runtime_groups import call_attributes, group_for_onnx_runtime, non_tensor_nodes
 from .onnx_values import (check_declared, element_type, sequence_type, sequence_types, tensor_array,
                           typed_value, value_type)
@@ -236,6 +237,7 @@ def import_onnx(source: str | os.PathLike | onnx.ModelProto, strict: bool = Fals
     in one UnsupportedOpError."""
     model = load_model(source)
     _normalise_domains(model)
+    read_contrib_quantized(model)
     where = "" if isinstance(source, onnx.ModelProto) else f"{source}: "
     unsupported = [(op_key(n.domain, n.op_type), n.name or f"#{i}")
                    for i, n in enumerate(model.graph.node)
