@@ -67,7 +67,7 @@ def test_bad_calibration_controls_are_clear_errors():
         I.resolve_method("entropy")
     if P.resolve("int8").int8 and native.unavailable() is None:
         with pytest.raises(AutofusionError, match="an empty list of input sets"):
-            autofusion.compile(model, precision="int8", calibration=[])
+            autofusion.compile(model, precision="int8", calibration=[], backend="auto")
 
 
 # ---- ranges -----------------------------------------------------------------------------------------
