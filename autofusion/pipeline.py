@@ -26,20 +26,17 @@ import torch
 
 from .backend.executor import Program, check_supported, evaluate_node
 from .backend.lower import Plan, lower
-from .backend.model import CompiledModel, check_input, input_sizes
+from .backend.model import CompiledModel, specialised_to
 from .backend.native import build_partitions, unavailable
-from .backend import int8
+from .backend.int8 import Quantized, quantize_int8
 from .backend.precision import (TOLERANCE, GuardReport, Precision, calibration_sets, guard, output_error,
                                 propagate, resolve)
-from .backend.specialise import specialise, symbolic_dims
 from .controls import resolve_size_cache, resolve_streams, threads_per_stream
 from .errors import AutofusionError
 from .fusion import optimize
-from .fusion.rule import apply_rules
-from .fusion.rules.conv import FOLD_BATCH_NORM
 from .ir import Graph
 from .ir.onnx_runtime_call import onnx_runtime_ops
-from .passes import int8 as int8_graph
+from .passes.int8 import computes_in_int8
 from .progress import step
 
 STEPS = ("check", "fuse", "guard", "lower", "build", "report")
@@ -70,14 +67,6 @@ class BuildOptions:
 class Guarded:
     """The guard's findings, with the inputs it checked on and the fp32 outputs there."""
     report: GuardReport
-    feeds: dict
-    reference: dict
-
-
-@dataclass
-class Quantized:
-    """The int8 step's findings, with the first calibration set and the fp32 model's outputs there."""
-    report: int8.Int8Report
     feeds: dict
     reference: dict
 
@@ -125,47 +114,15 @@ def _compile_graph(graph: Graph, name: str, fusion: FusionOptions, options: Buil
 
     def to_int8(g: Graph) -> None:
         with step("quantizing to int8"):
-            quantized.append(quantize_int8(g, options))
+            quantized.append(quantize_int8(g, calibration_sets(g, options.calibration),
+                                           "random" if options.calibration is None else "given",
+                                           options.calibration_method, options.tolerance))
 
     with step("fusing"):
         report = report_of(optimize(graph, fusion.level, list(fusion.disable), evaluate_node, model_name=name,
                                     before_rules=to_int8 if precision.int8 else None, **fusion.region_limits))
     with step("lowering and building native code"):
         return build_model(graph, report, options, why_not_native, precision, quantized[0] if quantized else None)
-
-
-def quantize_int8(graph: Graph, options: BuildOptions) -> Quantized:
-    """BatchNormalizations folded into their convolutions; then calibrate on every input set,
-    check each product alone in int8 on the first (int8.guard), and rewrite the graph with the
-    products within tolerance in int8 (passes/int8.py)."""
-    sets = calibration_sets(graph, options.calibration)
-    method = int8.resolve_method(options.calibration_method)
-    apply_rules(graph, [FOLD_BATCH_NORM])   # the convolution made int8 is the folded one
-    products = int8_graph.products(graph)
-    scaled_by = int8_graph.tensors(graph, set(products))
-    names = {v.name for v in scaled_by.values()}
-    found: dict[str, tuple[float, float]] = {}
-    first: dict = {}
-    for feeds in sets:
-        values = {v.name: a for v, a in propagate(_at_sizes(graph, feeds), feeds).items()}
-        int8.widen(found, values, names, method)
-        first = first or values
-    quantizations = {name: int8_graph.Quantization.of_range(*found.get(name, (0.0, 0.0))) for name in names}
-    tolerance = int8.TOLERANCE if options.tolerance is None else options.tolerance
-    report = int8.Int8Report(method, tolerance, "random" if options.calibration is None else "given", len(sets),
-                             int8.guard(products, scaled_by, quantizations, first, tolerance))
-    chosen = [n for n, c in zip(products, report.checked) if not c.kept_float]
-    quantized = {v: quantizations[s.name] for v, s in int8_graph.tensors(graph, set(chosen)).items()}
-    int8_graph.quantize(graph, chosen, quantized)
-    report.tensors = len(quantized)
-    return Quantized(report, sets[0], {v.name: first[v.name] for v in graph.outputs})
-
-
-def _at_sizes(graph: Graph, feeds: dict) -> Graph:
-    """The graph, specialised to the sizes of these inputs where it has symbolic dims."""
-    if not symbolic_dims(graph):
-        return graph
-    return specialise(graph, input_sizes(graph, [check_input(v, feeds[v.name]) for v in graph.inputs]))
 
 
 def build_model(graph: Graph, report: Any, options: BuildOptions, why_not_native: str | None,
@@ -188,7 +145,7 @@ def build_model(graph: Graph, report: Any, options: BuildOptions, why_not_native
 def run_guard(graph: Graph, options: BuildOptions, why_not_native: str | None, precision: Precision) -> Guarded:
     """The precision guard on the calibration inputs, on the graph specialised to their sizes."""
     feeds = calibration_sets(graph, options.calibration)[0]
-    checked = _at_sizes(graph, feeds)
+    checked = specialised_to(graph, feeds)
     plan = lower(checked, options.backend, why_not_native, precision.compute)
     values = propagate(checked, feeds)
     tolerance = TOLERANCE if options.tolerance is None else options.tolerance
@@ -238,7 +195,7 @@ def write_report(report: Any, model: CompiledModel, precision: Precision, guarde
                                 checked=[vars(c) for c in g.checked])
     if quantized is not None:
         q = quantized.report
-        report.precision["nodes"].update({n.name: "int8" for n in plan.decisions if int8_graph.computes_in_int8(n)})
+        report.precision["nodes"].update({n.name: "int8" for n in plan.decisions if computes_in_int8(n)})
         report.precision["int8"] = {"method": q.method, "tolerance": q.tolerance, "calibration": q.calibration,
                                     "sets": q.sets, "tensors": q.tensors, "checked": [vars(c) for c in q.checked]}
     reference = quantized or guarded

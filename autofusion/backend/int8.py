@@ -1,5 +1,8 @@
-"""precision="int8": the calibration ranges and the guard that decides which products are int8.
+"""precision="int8": the calibration ranges and the guard that decides which products are int8,
+and the step that does it all before the rules (quantize_int8).
 
+    fold     each BatchNormalization folded into the Conv before it (the convolution made int8 is
+             the folded one, as a quantizer's pre-processing writes it)
     ranges   each tensor's range over the calibration inputs, propagated in fp32: "minmax" (the
              smallest and largest value) or "percentile" (the 0.01st and 99.99th percentiles of
              each input set, the widest over the sets: a few outliers no longer stretch the scale
@@ -22,9 +25,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import AutofusionError
-from ..ir import Node, Value
-from ..passes.int8 import Quantization, int8_weight, weight_axis
+from ..fusion.rule import apply_rules
+from ..fusion.rules.conv import FOLD_BATCH_NORM
+from ..ir import Graph, Node, Value
+from ..passes.int8 import Quantization, int8_weight, products, quantize, tensors, weight_axis
 from .executor import evaluate_node
+from .model import specialised_to
+from .precision import propagate
 
 METHODS = ("minmax", "percentile")
 TOLERANCE = 5e-2       # a product's relative RMS error, int8 against fp32
@@ -105,3 +112,38 @@ def guard(products: list[Node], scaled_by: dict[Value, Value], quantizations: di
         error = int8_error(n, values, quantizations[scaled_by[x].name], qy)
         checks.append(Int8Check(n.name, n.op_type, error, error > tolerance))
     return checks
+
+
+@dataclass
+class Quantized:
+    """The int8 step's findings, with the first calibration set and the fp32 model's outputs there."""
+    report: Int8Report
+    feeds: dict
+    reference: dict
+
+
+def quantize_int8(graph: Graph, sets: list[dict[str, np.ndarray]], calibration: str, method: str | None,
+                  tolerance: float | None) -> Quantized:
+    """Fold, calibrate on every input set, check each product alone on the first, and rewrite the
+    graph (in place) with the products within the tolerance in int8 (passes/int8.py);
+    calibration: "random" or "given", as the report says."""
+    method = resolve_method(method)
+    tolerance = TOLERANCE if tolerance is None else tolerance
+    apply_rules(graph, [FOLD_BATCH_NORM])
+    candidates = products(graph)
+    scaled_by = tensors(graph, set(candidates))
+    names = {v.name for v in scaled_by.values()}
+    found: dict[str, tuple[float, float]] = {}
+    first: dict[str, np.ndarray] = {}
+    for feeds in sets:
+        values = {v.name: a for v, a in propagate(specialised_to(graph, feeds), feeds).items()}
+        widen(found, values, names, method)
+        first = first or values
+    quantizations = {name: Quantization.of_range(*found.get(name, (0.0, 0.0))) for name in names}
+    report = Int8Report(method, tolerance, calibration, len(sets),
+                        guard(candidates, scaled_by, quantizations, first, tolerance))
+    chosen = [n for n, c in zip(candidates, report.checked) if not c.kept_float]
+    quantized = {v: quantizations[s.name] for v, s in tensors(graph, set(chosen)).items()}
+    quantize(graph, chosen, quantized)
+    report.tensors = len(quantized)
+    return Quantized(report, sets[0], {v.name: first[v.name] for v in graph.outputs})

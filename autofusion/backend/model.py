@@ -20,7 +20,7 @@ from .native import affinity, load
 from .native.library import SIZE_CACHE, SizesOutOfReach, Streams, shared_streams
 from .precision import GuardReport
 from .sizes import SizesCheck
-from .specialise import symbolic_dims
+from .specialise import specialise, symbolic_dims
 from .torch_cpu import TORCH_DTYPES
 from .turns import Turns
 
@@ -325,6 +325,14 @@ def input_sizes(graph: Graph, tensors: list) -> dict[str, int]:
                                      f"but {seen[d][1]} gave {d!r} = {seen[d][0]}")
                 seen.setdefault(d, (size, repr(v.name)))
     return {d: size for d, (size, _) in seen.items()}
+
+
+def specialised_to(graph: Graph, feeds: Mapping[str, Array]) -> Graph:
+    """The graph specialised to the sizes of these inputs, where it has symbolic dims (the
+    guards propagate values through it)."""
+    if not symbolic_dims(graph):
+        return graph
+    return specialise(graph, input_sizes(graph, [check_input(v, feeds[v.name]) for v in graph.inputs]))
 
 
 def _each(fn, x):
