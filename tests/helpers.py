@@ -156,12 +156,16 @@ def qdq_linear(trans_b: bool = True, per_channel: bool = True, rows: tuple = (4,
     return q.model({"x": (*rows, k)}, q.dequantize(q.quantize(y, 0.2, 0 if act else 128), "out"))
 
 
-def qdq_silu_block(act: str = "Sigmoid") -> onnx.ModelProto:
-    """x → Q → DQ → act → Q → DQ → Mul with DQ(x) → Q → DQ: x·act(x) as a quantizer writes it."""
+def qdq_silu_block(act: str = "Sigmoid", gated: bool = True) -> onnx.ModelProto:
+    """x → Q → DQ → act → Q → DQ → Mul with DQ(x) → Q → DQ: x·act(x) as a quantizer writes it
+    (gated=False: a ReLU after the product, which keeps the two apart)."""
     q = QdqGraph()
     xq = q.quantize("x", 0.05, 128)
     attrs = {"alpha": 0.3} if act == "LeakyRelu" else {}
-    s = q.quantize(q.node(act, [q.dequantize(xq, "act")], "act", **attrs), 1 / 255 if act == "Sigmoid" else 0.05,
-                   0 if act == "Sigmoid" else 128)
+    unit = act in ("Sigmoid", "HardSigmoid")
+    s = q.quantize(q.node(act, [q.dequantize(xq, "act")], "act", **attrs), 1 / 255 if unit else 0.05,
+                   0 if unit else 128)
     y = q.node("Mul", [q.dequantize(xq, "mul"), q.dequantize(s, "mul")], "mul")
+    if not gated:
+        y = q.node("Relu", [y], "relu")
     return q.model({"x": (1, 8, 6, 6)}, q.dequantize(q.quantize(y, 0.04, 60), "out"))

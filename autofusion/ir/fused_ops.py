@@ -163,6 +163,16 @@ def quantized_activation(op: GraphBuilder, node: Node, x, x_scale, x_zero_point,
     return [op.QuantizeLinear(y, y_scale, y_zero_point)]
 
 
+@fused_op("QuantizedGatedActivation", OpClass.ELEMWISE, _quantized_elementwise(6))
+def quantized_gated_activation(op: GraphBuilder, node: Node, x, x_scale, x_zero_point, g_scale, g_zero_point,
+                               y_scale, y_zero_point=None):
+    """Q(DQ(x) · DQ(Q(act(DQ(x))))): x times a function of x quantized on its own (SiLU's
+    x·sigmoid(x), x·hardsigmoid(x)), itself a function of 256 integers: one table."""
+    xf = op.DequantizeLinear(x, x_scale, x_zero_point)
+    gate = op.QuantizeLinear(apply_activation(op, node, xf), g_scale, g_zero_point)
+    return [op.QuantizeLinear(op.Mul(xf, op.DequantizeLinear(gate, g_scale, g_zero_point)), y_scale, y_zero_point)]
+
+
 def _dynamic_product(node: Node):
     """x·w in float32 (x's shape but its last axis, w's columns)."""
     (shape, _), = _product(node)

@@ -25,8 +25,7 @@ from ...ir.geometry import explicit_pads, split_total
 from ...ir.region_space import LayoutError, reduced_axes
 from ...ir.shapes.tensor import pad_counts
 from ...ir.symbolic import add, is_size, is_symbolic, maximum, mul, product, same_where_nonempty, sub
-from ..impl import Impl, implementations, register
-from ..quantize import dequantize, quantize   # a table's values, as the PyTorch kernel computes them
+from ..impl import Impl, implementations, register, torch_impl
 from .build import has_vnni
 from .emit import PartitionSource, dims
 
@@ -1042,21 +1041,20 @@ def emit_quantized_binary(node: Node, p: PartitionSource) -> None:
 
 
 def check_quantized_activation(node: Node) -> str | None:
-    return first(_computed(node, 0), dense(node, (0,), types=INTEGERS), _per_tensor(node, 1, 2, 3, 4))
+    return first(_computed(node, 0), dense(node, (0,), types=INTEGERS), _per_tensor(node, *range(1, len(node.inputs))))
 
 
-@native(fused("QuantizedActivation"), check=check_quantized_activation, tensors=(0,))
+@native(fused("QuantizedActivation"), fused("QuantizedGatedActivation"), check=check_quantized_activation,
+        tensors=(0,))
 def emit_quantized_activation(node: Node, p: PartitionSource) -> None:
-    """A table of the function's 256 results, computed here as the PyTorch kernel computes them
-    (dequantized, the activation in f32, quantized), read by the runtime's own loop."""
-    info = np.iinfo(node.inputs[0].dtype.numpy)
-    codes = torch.arange(info.min, info.max + 1)   # every input, in the table's order
-    x_scale, y_scale = (torch.tensor(_scale(node.inputs[i])) for i in (1, 3))
-    x = dequantize(codes, x_scale, torch.tensor(_zero_point(node.input(2))))
-    act, params = activation(node)
-    y = quantize(act.torch(torch.nn.functional, x, *params), y_scale, torch.tensor(_zero_point(node.input(4))),
-                 getattr(torch, node.outputs[0].dtype.numpy.name))
-    p.call("lookup", p.out(node), p.ref(node.inputs[0]), p.const(y.numpy().astype(np.float32), f"{node.name}_table"))
+    """A table of the function's 256 results, computed here by the node's own PyTorch kernel over
+    every input (so the two agree exactly), read by the runtime's own loop."""
+    x = node.inputs[0]
+    info = np.iinfo(x.dtype.numpy)
+    codes = torch.arange(info.min, info.max + 1).to(getattr(torch, x.dtype.numpy.name))   # the table's order
+    run = torch_impl(node).build(node)
+    table = run(codes, *(None if v is None else torch.from_numpy(np.asarray(v.const)) for v in node.inputs[1:]))
+    p.call("lookup", p.out(node), p.ref(x), p.const(table.numpy().astype(np.float32), f"{node.name}_table"))
 
 
 def check_quantized_conv(node: Node) -> str | None:

@@ -235,6 +235,21 @@ def _quantized_binary(node: Node, combine) -> Kernel:
     return run
 
 
+@kernel(fused("QuantizedGatedActivation"))
+def _quantized_gated_activation(node: Node) -> Kernel:
+    """Q(DQ(x) · DQ(Q(act(DQ(x))))) in float32: the activation's kernel, then the product's."""
+    act = torch_activation(node) or (lambda y: y)
+    out = torch_dtype(node.outputs[0].dtype, f"{node.name}: ")
+    gate = node.input(4)
+    gate_type = torch_dtype(gate.dtype if gate is not None else DType.UINT8, f"{node.name}: ")
+
+    def run(x, x_scale, x_zero_point, g_scale, g_zero_point, y_scale, y_zero_point=None):
+        xf = dequantize(x, x_scale, x_zero_point)
+        g = dequantize(quantize(act(xf), g_scale, g_zero_point, gate_type), g_scale, g_zero_point)
+        return quantize(xf * g, y_scale, y_zero_point, out)
+    return run
+
+
 @kernel(fused("DynamicQuantizedMatMul"))
 def _dynamic_quantized_matmul(node: Node) -> Kernel:
     """x quantized as DynamicQuantizeLinear does, the exact integer product, then float32 times

@@ -5,6 +5,7 @@ QuantizeLinear after it, as the int8 op it stands for.
     QuantizedMatMul(a, b, c, ...) = Q(act(DQ(a)·DQ(b)ᵀ? + c))
     QuantizedAdd(a, b, ...)       = Q(act(DQ(a) + DQ(b)))         and QuantizedMul, with ·
     QuantizedActivation(x, ...)   = Q(act(DQ(x)))                 a table of 256 values
+    QuantizedGatedActivation(x)   = QuantizedMul(x, QuantizedActivation(x))   one table too
     MaxPool(x)                    = Q(MaxPool(DQ(x)))   with one scale and zero point, and so for
                                                         Reshape, Transpose, Slice, … (MOVES)
     DQ(Gather(x, i))              = Gather(DQ(x), i)    an embedding table's rows
@@ -103,6 +104,18 @@ def quantized_clip(op, x, x_scale, y_scale, x_zero_point=None, y_zero_point=None
 
 ACTIVATION_PATTERNS = [*(quantized_activation(a) for a in ACTIVATION_OPS if a != "Clip"), quantized_clip,
                        quantized_activation("Activation", FUSED_DOMAIN), quantized_activation("Gelu", FUSED_DOMAIN)]
+
+
+def gated_activation(gate_first: bool):
+    """QuantizedMul(x, QuantizedActivation(x)) (either order), the product with no clamp of its own."""
+    def pattern(op, x, x_scale, g_scale, a_scale, b_scale, y_scale, x_zero_point=None, g_zero_point=None,
+                a_zero_point=None, b_zero_point=None, y_zero_point=None):
+        gate = op.QuantizedActivation(x, x_scale, x_zero_point, g_scale, g_zero_point, _domain=FUSED_DOMAIN,
+                                      _name="gate")
+        a, b = (gate, x) if gate_first else (x, gate)
+        return op.QuantizedMul(a, b, a_scale, a_zero_point, b_scale, b_zero_point, y_scale, y_zero_point,
+                               _domain=FUSED_DOMAIN, _name="product", activation=lambda act: not act)
+    return pattern
 
 
 def dynamic_product(op, q, w, zero_point, scales, w_zero_point=None):
@@ -348,6 +361,16 @@ def _weight_scale(m: Match) -> Value | None:
     return next((v for v in mul.inputs if v is not scale), scale)
 
 
+def check_gated(m: Match) -> str | None:
+    """The product reads x and the gate by the scales and zero points they were written with."""
+    gate_first = m.node("product").inputs[0] is m.node("gate").outputs[0]
+    (xs, xz), (gs, gz) = ((m.b_scale, m.b_zero_point), (m.a_scale, m.a_zero_point))[::1 if gate_first else -1]
+    if not (_same_constant(xs, m.x_scale) and _same_constant(xz, m.x_zero_point)
+            and _same_constant(gs, m.g_scale) and _same_constant(gz, m.g_zero_point)):
+        return f"{describe(m.node('product'))}: reads x or its gate by another scale than they were written with"
+    return None
+
+
 def applies_dynamic(m: Match) -> bool:
     """q and its zero point are outputs 0 and 2 of one DynamicQuantizeLinear, its scale (output 1)
     times the weight's is what the float sums are multiplied by, and the Cast is to float32."""
@@ -436,6 +459,12 @@ def replace_qlinear_matmul(op, m: Match) -> Value:
                               m.y_zero_point, axis=m.w.const.ndim - 1, trans_b=0)
 
 
+def replace_gated(op, m: Match) -> Value:
+    gate = m.node("gate")
+    return op.QuantizedGatedActivation(m.x, m.x_scale, m.x_zero_point, m.g_scale, m.g_zero_point, m.y_scale,
+                                       m.y_zero_point, **{k: gate.attrs[k] for k in gate.attrs})
+
+
 def replace_dynamic(op, m: Match) -> Value:
     return op.DynamicQuantizedMatMul(m.q.producer.inputs[0], m.w, _weight_scale(m), m.w_zero_point)
 
@@ -495,6 +524,10 @@ RULES = [
     Rule("QuantizedActivationFusionOp", 1,
          "DequantizeLinear → activation → QuantizeLinear → QuantizedActivation: a table of its 256 results",
          ACTIVATION_PATTERNS, replace_activation, check_activation, named_after="act"),
+    Rule("QuantizedGatedActivationFusionOp", 1,
+         "QuantizedMul(x, QuantizedActivation(x)) → QuantizedGatedActivation: x times a function of x (SiLU, "
+         "x·hardsigmoid(x)) as one table of 256",
+         [gated_activation(True), gated_activation(False)], replace_gated, check_gated, named_after="product"),
     Rule("QuantizedGatherFusionOp", 1,
          "Gather of a DequantizeLinear → the Gather over the integers, dequantized after: a quantized "
          "embedding table is never dequantized whole",

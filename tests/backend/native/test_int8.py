@@ -87,8 +87,13 @@ def test_a_qdq_graph_runs_in_one_native_partition_on_int8_kernels(build):
 
 
 def test_a_function_of_integers_runs_as_a_table_and_a_product_in_one_pass():
-    plan = native_steps(autofusion.compile(qdq_silu_block("Sigmoid"), backend="native"))
+    plan = native_steps(autofusion.compile(qdq_silu_block("Sigmoid", gated=False), backend="native"))
     assert "runtime int8 table" in plan and "runtime int8 mul" in plan and "1 native partition(s)" in plan
+
+
+def test_x_times_a_function_of_x_runs_as_one_table():
+    plan = native_steps(autofusion.compile(qdq_silu_block("Sigmoid"), backend="native"))
+    assert "QuantizedGatedActivation) via onednn [runtime int8 table]" in plan and "runtime int8 mul" not in plan
 
 
 def test_without_vnni_the_int8_products_run_on_pytorch_and_the_plan_says_why(monkeypatch):

@@ -198,17 +198,38 @@ def test_qoperator_nodes_are_the_same_int8_ops(op, fused, per_channel, backend):
 
 @pytest.mark.parametrize("act", ["Sigmoid", "HardSwish", "LeakyRelu", "Tanh"])
 def test_an_activation_between_dequantize_and_quantize_is_a_table(act):
-    graph, report = fuse(qdq_silu_block(act))
+    graph, report = fuse(qdq_silu_block(act, gated=False))   # a ReLU after the product: two steps
     assert ops(graph) == ["QuantizeLinear", "autofusion::QuantizedActivation", "autofusion::QuantizedMul",
                           "DequantizeLinear"]
-    assert graph.nodes[1].attr("activation") == act
+    assert graph.nodes[1].attr("activation") == act and graph.nodes[2].attr("activation") == "Relu"
     assert matched(report, "QuantizedActivationFusionOp") == 1 and matched(report, "QuantizedMulFusionOp") == 1
+
+
+@pytest.mark.parametrize("act", ["Sigmoid", "HardSigmoid", "Tanh"])
+def test_x_times_a_function_of_x_is_one_table(act):
+    """SiLU as a quantizer writes it: the activation's table and the product become one table."""
+    graph, report = fuse(qdq_silu_block(act))
+    assert ops(graph) == ["QuantizeLinear", "autofusion::QuantizedGatedActivation", "DequantizeLinear"]
+    assert graph.nodes[1].attr("activation") == act
+    assert matched(report, "QuantizedGatedActivationFusionOp") == 1
 
 
 @pytest.mark.parametrize("backend", ["auto", "torch"])
 @pytest.mark.parametrize("act", ["Sigmoid", "HardSwish", "LeakyRelu"])
 def test_tables_and_products_equal_the_qdq_graph(act, backend):
     assert_within_one_step(qdq_silu_block(act), 0.04, backend, seeds=(0, 1, 2))
+    assert_within_one_step(qdq_silu_block(act, gated=False), 0.04, backend, seeds=(0, 1, 2))
+
+
+@pytest.mark.parametrize("backend", ["auto", "torch"])
+def test_a_gated_table_equals_the_qdq_graph_exactly(backend):
+    """Every one of the 256 inputs (x's values walk the whole range): the table is the two kernels'
+    arithmetic, so not one value differs."""
+    model = qdq_silu_block("Sigmoid")
+    reference = autofusion.compile(model, level=0, backend="torch")
+    fused = autofusion.compile(model, level=2, backend=backend)
+    x = np.linspace(-7, 7, 8 * 36, dtype=np.float32).reshape(1, 8, 6, 6)
+    np.testing.assert_array_equal(fused(x), reference(x))
 
 
 def test_a_broadcast_product_stays_float():
