@@ -191,3 +191,18 @@ def test_a_bf16_product_the_int8_guard_kept_in_float_is_quantized_after():
     nodes = m.report.precision["nodes"]
     assert sorted(nodes.values()).count("bf16") == 1 and "int8" in nodes.values()
     assert np.isfinite(m(**feeds)).all()
+
+
+@runs_int8
+def test_a_torch_module_compiles_in_int8():
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.BatchNorm2d(16), torch.nn.ReLU(),
+                                 torch.nn.Conv2d(16, 16, 3, padding=1), torch.nn.ReLU(),
+                                 torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(16, 10)).eval()
+    x = torch.randn(1, 3, 32, 32)
+    m = autofusion.compile(module, example_inputs=(x,), precision="int8", calibration={"input_0": x.numpy()})
+    assert len(m.report.precision["int8"]["checked"]) == 2   # the two convolutions; the Linear writes the output
+    with torch.no_grad():
+        want = module(x)
+    assert P.relative_error(m(x).numpy(), want.numpy()) < INT8_BOUND
