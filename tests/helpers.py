@@ -140,6 +140,21 @@ def qdq_conv_block(per_channel: bool = True, act: str | None = "Relu", residual:
     return q.model({"x": (1, channels, size, size)}, out)
 
 
+def qdq_conv_transpose_block(per_channel: bool = True, act: bool = True, groups: int = 1, strides=(2, 2),
+                             pads=(1, 1, 1, 1), output_padding=(1, 1), channels: int = 8) -> onnx.ModelProto:
+    """x → Q → DQ → ConvTranspose(DQ w [C_in, C_out/g, 3, 3] scaled along axis 1, DQ b) (→ Relu)
+    → Q → DQ → y: an upsampling layer as a quantizer writes it, x [1, channels, 6, 6]."""
+    q = QdqGraph()
+    xq = q.quantize("x", 0.05, 100)
+    w, w_scales = q.weight("w", (channels, channels // groups, 3, 3), per_channel, axis=1)
+    b = q.bias("b", 0.05, w_scales, channels // groups if per_channel else channels)
+    y = q.node("ConvTranspose", [q.dequantize(xq, "conv"), w, b], "conv", strides=list(strides), pads=list(pads),
+               output_padding=list(output_padding), group=groups)
+    if act:
+        y = q.node("Relu", [y], "act")
+    return q.model({"x": (1, channels, 6, 6)}, q.dequantize(q.quantize(y, 0.1, 0 if act else 128), "out"))
+
+
 def qdq_linear(trans_b: bool = True, per_channel: bool = True, rows: tuple = (4,), k: int = 32, n: int = 16,
                act: bool = False) -> onnx.ModelProto:
     """x [*rows, k] → Q → DQ → Gemm(transB) or MatMul with an int8 weight (→ Relu) → Q → DQ → y."""

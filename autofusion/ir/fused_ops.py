@@ -129,6 +129,19 @@ def quantized_conv(op: GraphBuilder, node: Node, x, w, b, x_scale, x_zero_point,
     return [op.QuantizeLinear(apply_activation(op, node, y), y_scale, y_zero_point)]
 
 
+@fused_op("QuantizedConvTranspose", OpClass.COMPLEX)
+def quantized_conv_transpose(op: GraphBuilder, node: Node, x, w, b, x_scale, x_zero_point, w_scale, w_zero_point,
+                             y_scale, y_zero_point=None):
+    """Q(act(ConvTranspose(DQ(x), DQ(w), b))): an int8 transposed convolution, its output
+    requantized (the weight [C_in, C_out/group, k…], its scales along `axis` 1)."""
+    xf, wf = _dequantized_operands(op, node, x, w, x_scale, x_zero_point, w_scale, w_zero_point)
+    y = op.ConvTranspose(xf, wf, b, **{k: v for k, v in node.attrs.items() if k in CONV_TRANSPOSE_ATTRS})
+    return [op.QuantizeLinear(apply_activation(op, node, y), y_scale, y_zero_point)]
+
+
+CONV_TRANSPOSE_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "output_padding", "pads", "strides")
+
+
 @fused_op("QuantizedMatMul", OpClass.COMPLEX, _quantized_product)
 def quantized_matmul(op: GraphBuilder, node: Node, a, b, c, a_scale, a_zero_point, b_scale, b_zero_point,
                      y_scale, y_zero_point=None):

@@ -1,7 +1,7 @@
 """precision="int8": a float graph rewritten as the Q/DQ graph a static post-training quantizer
 writes, for the int8 rules (fusion/rules/quantized.py) to fuse into int8 ops.
 
-    products     the candidates: convolutions and products (Conv, MatMul, Gemm) with a constant
+    products     the candidates: convolutions and products (Conv, ConvTranspose, MatMul, Gemm) with a constant
                  float weight, whose output (after a ReLU or Clip) is not a model output
     tensors      which activations are quantized once some products are chosen: each product's
                  input and output (after a ReLU or Clip that alone reads it), and on from there
@@ -52,12 +52,16 @@ class Quantization:
 
 def weight_axis(node: Node) -> int | None:
     """The axis of output channels of the node's constant weight, where precision="int8" can
-    quantize the node: a Conv, a MatMul by a 2-D constant, a Gemm the int8 product takes."""
+    quantize the node: a Conv, a ConvTranspose, a MatMul by a 2-D constant, a Gemm the int8
+    product takes."""
     w, bias = node.input(1), node.input(2)
     if w is None or w.const is None or w.dtype != DType.FLOAT or (bias is not None and bias.const is None):
         return None
     if node.op == "Conv" and 3 <= w.const.ndim <= 5:
         return 0
+    if (node.op == "ConvTranspose" and 3 <= w.const.ndim <= 5 and node.attr("group", 1) == 1
+            and not node.attr("output_shape") and node.attr("auto_pad", "NOTSET") in ("NOTSET", "VALID")):
+        return 1   # [C_in, C_out, k…]: what the int8 rule takes (explicit pads, ungrouped per channel)
     if node.op == "MatMul" and w.const.ndim == 2:
         return 1
     if (node.op == "Gemm" and w.const.ndim == 2

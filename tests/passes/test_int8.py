@@ -131,3 +131,17 @@ def test_the_rewrite_is_the_qdq_graph_the_int8_rules_fuse():
     assert fused["autofusion::QuantizedConv"] == 3 and fused["autofusion::QuantizedAdd"] == 1
     assert fused["MaxPool"] == 1 and "Conv" not in fused   # the MaxPool over integers
     assert fused["QuantizeLinear"] == 1   # the input's; its one DequantizeLinear is before the float tail
+
+
+def test_a_transposed_convolution_is_a_candidate_quantized_along_its_output_channels():
+    g = import_onnx(_model([
+        helper.make_node("ConvTranspose", ["x", "w"], ["c"], strides=[2, 2], pads=[1, 1, 1, 1], output_padding=[1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("Conv", ["r", "w2"], ["y"]),
+    ], {"w": _weight(4, 6, 3, 3), "w2": _weight(2, 6, 1, 1)}))
+    [up] = P.products(g)
+    assert up.op == "ConvTranspose" and P.weight_axis(up) == 1
+    scaled_by = P.tensors(g, {up})
+    P.quantize(g, [up], {v: P.Quantization.of_range(-2.0, 2.0) for v in scaled_by})
+    optimize(g, 2, evaluate=evaluate_node)
+    assert g.op_histogram()["autofusion::QuantizedConvTranspose"] == 1

@@ -1073,6 +1073,22 @@ def emit_quantized_conv(node: Node, p: PartitionSource) -> None:
            _weight_scales(node, p), *_int8_quantization(node, p))
 
 
+def check_quantized_conv_transpose(node: Node) -> str | None:
+    pads = _conv_transpose_pads(node)
+    return first(_int8_problem(node), None if node.inputs[0].rank in (3, 4, 5) else "1-D to 3-D only",
+                 pads if isinstance(pads, str) else None)
+
+
+@native(fused("QuantizedConvTranspose"), check=check_quantized_conv_transpose)
+def emit_quantized_conv_transpose(node: Node, p: PartitionSource) -> None:
+    """oneDNN's int8 deconvolution: as the int8 convolution, the weight held as ONNX holds it."""
+    nd = node.inputs[1].rank - 2
+    begin, end = _conv_transpose_pads(node)
+    p.call("qdeconv", p.out(node), p.ref(node.inputs[0]), p.ref(node.inputs[1]), p.ref(node.input(2)),
+           dims(node.attr("strides") or [1] * nd), dims(node.attr("dilations") or [1] * nd), dims(begin), dims(end),
+           node.attr("group", 1), p.acts(node_acts(node)), _weight_scales(node, p), *_int8_quantization(node, p))
+
+
 def check_quantized_matmul(node: Node) -> str | None:
     return first(_int8_problem(node), None if node.inputs[1].rank == 2 else "the weight is not 2-D")
 

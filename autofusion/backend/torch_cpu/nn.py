@@ -61,7 +61,8 @@ def _conv(node: Node) -> Kernel:
 
 
 @kernel("ConvTranspose")
-def _conv_transpose(node: Node) -> Kernel:
+def conv_transpose(node: Node) -> Kernel:
+    """ConvTranspose(x, w, b) by the node's attributes (QuantizedConvTranspose's float path too)."""
     nd, ks = _spatial_rank(node), node.attr("kernel_shape")
     (strides, dilations), group, conv_t = _geometry(node, nd), node.attr("group", 1), _CONV_T[nd]
     out_pad = list(node.attr("output_padding") or [0] * nd)

@@ -20,6 +20,7 @@ from ...ir.builder import fused
 from ..quantize import RANGES, dequantize, quantize, saturated
 from .common import Kernel, const_input, kernel, torch_dtype
 from .fused import baked, torch_activation
+from .nn import conv_transpose
 from .tensor import torch_pads
 
 _CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
@@ -211,6 +212,12 @@ def _quantized_op(node: Node, product) -> Kernel:
 def _quantized_conv(node: Node) -> Kernel:
     """Q(act(Conv(DQ(x), DQ(w), b))) in float32, the weight dequantized once."""
     return _quantized_op(node, integer_conv(node))
+
+
+@kernel(fused("QuantizedConvTranspose"))
+def _quantized_conv_transpose(node: Node) -> Kernel:
+    """Q(act(ConvTranspose(DQ(x), DQ(w), b))) in float32, the weight dequantized once."""
+    return _quantized_op(node, conv_transpose(node))
 
 
 @kernel(fused("QuantizedMatMul"))

@@ -1,7 +1,7 @@
 """Quantized (Q/DQ) graphs: the float op between a DequantizeLinear on each operand and a
 QuantizeLinear after it, as the int8 op it stands for.
 
-    QuantizedConv(x, w, b, ...)   = Q(act(Conv(DQ(x), DQ(w), b)))
+    QuantizedConv(x, w, b, ...)   = Q(act(Conv(DQ(x), DQ(w), b)))        and QuantizedConvTranspose
     QuantizedMatMul(a, b, c, ...) = Q(act(DQ(a)·DQ(b)ᵀ? + c))
     QuantizedAdd(a, b, ...)       = Q(act(DQ(a) + DQ(b)))         and QuantizedMul, with ·
     QuantizedActivation(x, ...)   = Q(act(DQ(x)))                 a table of 256 values
@@ -33,7 +33,7 @@ import numpy as np
 from ...ir import DType, Node, Value, geometry
 from ...ir.activations import ACTIVATION_OPS, activation_of
 from ...ir.builder import FUSED_DOMAIN
-from ...ir.fused_ops import QUANTIZATION_MOVES as MOVES
+from ...ir.fused_ops import CONV_TRANSPOSE_ATTRS, QUANTIZATION_MOVES as MOVES
 from ..pattern import Match
 from ..rule import Rule, describe, dims
 from .conv import activation_problem, conv_geometry, explicit_pads
@@ -62,6 +62,13 @@ def quantized_conv_clip(op, x, x_scale, w, w_scale, y_scale, b=None, x_zero_poin
                         y_zero_point=None, low=None, high=None):
     y = op.Clip(_conv(op, x, x_scale, w, w_scale, b, x_zero_point, w_zero_point), low, high, _name="act")
     return op.QuantizeLinear(y, y_scale, y_zero_point, _name="q")
+
+
+def quantized_conv_transpose(op, x, x_scale, w, w_scale, y_scale, b=None, x_zero_point=None, w_zero_point=None,
+                             y_zero_point=None):
+    y = op.ConvTranspose(_dequantized(op, x, x_scale, x_zero_point, "dq_x"),
+                         _dequantized(op, w, w_scale, w_zero_point, "dq_w"), b, _name="conv")
+    return op.QuantizeLinear(op.Optional.Relu(y, _name="act"), y_scale, y_zero_point, _name="q")
 
 
 def quantized_gemm(op, x, x_scale, w, w_scale, y_scale, b=None, x_zero_point=None, w_zero_point=None,
@@ -191,9 +198,12 @@ def weight_problem(dq_w: Node, op: Node) -> str | None:
 
 
 def _output_axis(op: Node, w: Value) -> int:
-    """The weight's axis of output channels: a conv's 0, a MatMul's last, a Gemm's by transB."""
+    """The weight's axis of output channels: a conv's 0, a transposed conv's 1, a MatMul's last,
+    a Gemm's by transB."""
     if op.op_type == "Conv":
         return 0
+    if op.op_type == "ConvTranspose":
+        return 1
     if op.op_type == "Gemm":
         return 0 if op.attr("transB", 0) else 1
     return w.const.ndim - 1
@@ -219,6 +229,20 @@ def conv_problem_of_dequantized(conv: Node) -> str | None:
     if explicit_pads(conv) is None:
         return f"{describe(conv)}: auto_pad needs static input sizes to fix its pads"
     return None
+
+
+def check_conv_transpose(m: Match) -> str | None:
+    """Explicit pads (or VALID), no output_shape; scales per output channel only ungrouped (a
+    grouped weight's axis 1 counts the channels of one group)."""
+    conv = m.node("conv")
+    where = describe(conv)
+    if conv.inputs[1].rank is None or not 1 <= conv.inputs[1].rank - 2 <= 3:
+        return f"{where}: the weight's rank is not that of a 1-D to 3-D convolution"
+    if conv.attr("output_shape") or conv.attr("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
+        return f"{where}: output_shape or auto_pad SAME_*: explicit pads only"
+    if conv.attr("group", 1) != 1 and m.w_scale.const is not None and m.w_scale.const.size > 1:
+        return f"{where}: a grouped weight with scales per channel"
+    return quantization_problem(m) or _bias_problem(m)
 
 
 def check_product(m: Match) -> str | None:
@@ -424,6 +448,13 @@ def replace_conv(op, m: Match) -> Value:
                             **conv_geometry(m.node("conv")), **_activation(m))
 
 
+def replace_conv_transpose(op, m: Match) -> Value:
+    conv = m.node("conv")
+    return op.QuantizedConvTranspose(m.x, m.w, folded_bias(op, m), *_quantization_inputs(m), axis=1,
+                                     **{k: v for k, v in conv.attrs.items() if k in CONV_TRANSPOSE_ATTRS},
+                                     **_activation(m))
+
+
 def replace_product(op, m: Match) -> Value:
     product = m.node("product")
     trans_b = int(product.op_type == "Gemm" and product.attr("transB", 0))
@@ -499,6 +530,10 @@ RULES = [
          "DequantizeLinear → Conv (+Relu/Clip) → QuantizeLinear → QuantizedConv: an int8 convolution, "
          "its output requantized",
          [quantized_conv, quantized_conv_clip], replace_conv, check_conv, named_after="conv"),
+    Rule("QuantizedConvTransposeFusionOp", 1,
+         "DequantizeLinear → ConvTranspose (+Relu) → QuantizeLinear → QuantizedConvTranspose: an int8 transposed "
+         "convolution, its output requantized",
+         [quantized_conv_transpose], replace_conv_transpose, check_conv_transpose, named_after="conv"),
     Rule("QuantizedMatMulFusionOp", 1,
          "DequantizeLinear → Gemm/MatMul (+Relu) → QuantizeLinear → QuantizedMatMul: an int8 product, "
          "its output requantized",

@@ -12,7 +12,7 @@ from onnx import helper, numpy_helper
 
 import autofusion
 from autofusion.backend.native.build import has_vnni
-from tests.helpers import QdqGraph, qdq_conv_block, qdq_linear, qdq_silu_block
+from tests.helpers import QdqGraph, qdq_conv_block, qdq_conv_transpose_block, qdq_linear, qdq_silu_block
 
 from .harness import fuse, matched, near_miss, ops
 
@@ -446,3 +446,34 @@ def test_a_weight_zero_point_leaves_the_dynamic_product_on_pytorch_and_says_why(
     if model.plan.backend == "native":
         decision = model.plan.decisions[product]
         assert decision.impl.name == "torch" and "zero point" in dict(decision.refused)["onednn"]
+
+
+# ---- transposed convolution ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("act", [True, False])
+def test_a_transposed_conv_between_dequantize_and_quantize_is_one_int8_op(act):
+    graph, report = fuse(qdq_conv_transpose_block(act=act))
+    assert ops(graph) == ["QuantizeLinear", "autofusion::QuantizedConvTranspose", "DequantizeLinear"]
+    conv = graph.nodes[1]
+    assert conv.inputs[1].const.dtype == np.int8 and conv.attr("axis") == 1
+    assert conv.attr("activation", "") == ("Relu" if act else "")
+    assert matched(report, "QuantizedConvTransposeFusionOp") == 1
+
+
+@pytest.mark.parametrize("backend", ["auto", "torch"])
+@pytest.mark.parametrize("case", ["per_channel", "per_tensor", "no_act", "stride1", "grouped"])
+def test_an_int8_transposed_conv_equals_the_qdq_graph(case, backend):
+    model = qdq_conv_transpose_block(per_channel=case != "per_tensor" and case != "grouped", act=case != "no_act",
+                                     groups=2 if case == "grouped" else 1,
+                                     **({"strides": (1, 1), "output_padding": (0, 0)} if case == "stride1" else {}))
+    assert_within_one_step(model, 0.1, backend)
+    if backend == "auto":
+        compiled = autofusion.compile(model)
+        [conv] = [n for n in compiled.graph.nodes if n.op == "autofusion::QuantizedConvTranspose"]
+        if compiled.plan.backend == "native":
+            assert (compiled.plan.decisions[conv].impl.name == "onednn") == has_vnni()
+
+
+def test_a_grouped_transposed_conv_with_scales_per_channel_is_a_near_miss():
+    graph, report = fuse(qdq_conv_transpose_block(per_channel=True, groups=2))
+    assert "a grouped weight with scales per channel" in near_miss(report, "QuantizedConvTransposeFusionOp")

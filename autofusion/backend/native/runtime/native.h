@@ -171,6 +171,10 @@ class Partition {
   void qconv(int dst, int src, int w, int b, const Dims& strides, const Dims& dilations,
              const Dims& pad_begin, const Dims& pad_end, int64_t groups, const Acts& acts, int w_scales,
              float src_scale, int src_zero_point, float dst_scale, int dst_zero_point);
+  // qconv's transposed convolution: w as ONNX holds it, [C_in, C_out/groups, k...]
+  void qdeconv(int dst, int src, int w, int b, const Dims& strides, const Dims& dilations,
+               const Dims& pad_begin, const Dims& pad_end, int64_t groups, const Acts& acts, int w_scales,
+               float src_scale, int src_zero_point, float dst_scale, int dst_zero_point);
   // quantize(act(dequantize(a)·(w·w_scales) + b)) over a's last axis: w a constant [K, N] (trans_b:
   // [N, K]) of integers, w_scales 1 or N values, b an f32 constant [N] or -1
   void qmatmul(int dst, int a, int w, int b, bool trans_b, const Acts& acts, int w_scales, float a_scale,

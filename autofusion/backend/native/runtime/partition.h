@@ -51,6 +51,12 @@ std::pair<memory::desc, memory::desc> simplified(const memory::desc& src, const 
 bool channel_minor(const memory::desc& md, int64_t& outer, int64_t& pixels, int64_t& inner);
 Dims onednn_dilations(const Dims& d);
 Dims grouped_weight(const Dims& onnx, int64_t groups);
+// a transposed convolution's weight: oneDNN's dims, and ONNX's bytes seen in them
+struct DeconvWeight {
+  Dims dims;
+  memory::desc as_held;
+};
+DeconvWeight deconv_weight(const Dims& onnx, int64_t groups);
 size_t align_up(size_t n);
 memory::desc in_order_of(const memory::desc& b, const memory::desc& a);
 

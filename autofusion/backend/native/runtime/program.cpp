@@ -206,6 +206,9 @@ void make(Partition& p, const Call& c) {
   else if (m == "qconv")
     p.qconv(c.i(0), c.i(1), c.i(2), c.i(3), c.dims(4), c.dims(5), c.dims(6), c.dims(7), c.i(8), c.acts(9),
             c.i(10), c.f(11), int(c.i(12)), c.f(13), int(c.i(14)));
+  else if (m == "qdeconv")
+    p.qdeconv(c.i(0), c.i(1), c.i(2), c.i(3), c.dims(4), c.dims(5), c.dims(6), c.dims(7), c.i(8), c.acts(9),
+              c.i(10), c.f(11), int(c.i(12)), c.f(13), int(c.i(14)));
   else if (m == "qmatmul")
     p.qmatmul(c.i(0), c.i(1), c.i(2), c.i(3), c.flag(4), c.acts(5), c.i(6), c.f(7), int(c.i(8)), c.f(9),
               int(c.i(10)));

@@ -257,6 +257,32 @@ void Partition::qconv(int dst, int src, int w, int b, const Dims& strides, const
   m.finish(dst, y);
 }
 
+void Partition::qdeconv(int dst, int src, int w, int b, const Dims& strides, const Dims& dilations,
+                        const Dims& pad_begin, const Dims& pad_end, int64_t groups, const Acts& acts,
+                        int w_scales, float src_scale, int src_zero_point, float dst_scale, int dst_zero_point) {
+  Impl& m = *impl_;
+  const Quantization q{src_scale, src_zero_point, dst_scale, dst_zero_point};
+  const DeconvWeight weight = deconv_weight(m.val(w).shape, groups);
+  const bool per_channel = product(m.val(w_scales).shape, 0, m.val(w_scales).shape.size()) > 1;
+  const memory::desc bias_md = b >= 0 ? plain(m.val(b).shape) : memory::desc();
+  const dt src_type = m.md_of(src).get_data_type(), dst_type = m.val(dst).type;
+  if (!eight_bit(src_type)) m.fail("an int8 transposed convolution reads u8 or s8");
+  dnnl::deconvolution_forward::primitive_desc pd(
+      m.eng, dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct,
+      any(m.val(src).shape, src_type), any(weight.dims, dt::s8), bias_md, any(m.val(dst).shape, dst_type), strides,
+      onednn_dilations(dilations), pad_begin, pad_end,
+      m.int8_attr(acts, per_channel ? (groups > 1 ? 3 : 1) : 0, src_zero_point != 0, dst_zero_point != 0));
+  const int x = m.ensure(m.dense(src), pd.src_desc());
+  const int y = m.produce(dst, pd.dst_desc());
+  std::vector<Arg> args{Impl::use(DNNL_ARG_SRC, x),
+                        Impl::owned(DNNL_ARG_WEIGHTS, m.constant_as(w, weight.as_held, pd.weights_desc())),
+                        Impl::use(DNNL_ARG_DST, y)};
+  if (b >= 0) args.push_back(Impl::owned(DNNL_ARG_BIAS, m.constant_as(b, pd.bias_desc())));
+  m.int8_args(args, w_scales, q);
+  m.add(pd, dnnl::deconvolution_forward(pd), std::move(args), acts);
+  m.finish(dst, y);
+}
+
 void Partition::qmatmul(int dst, int a, int w, int b, bool trans_b, const Acts& acts, int w_scales,
                         float a_scale, int a_zero_point, float dst_scale, int dst_zero_point) {
   Impl& m = *impl_;

@@ -196,28 +196,17 @@ void Partition::conv(int dst, int src, int w, int b, int residual, const Dims& s
 void Partition::deconv(int dst, int src, int w, int b, const Dims& strides, const Dims& dilations,
                        const Dims& pad_begin, const Dims& pad_end, int64_t groups, const Acts& acts) {
   Impl& m = *impl_;
-  // ONNX holds the weight [C_in, C_out/g, k...]; oneDNN reads [C_out, C_in, k...], grouped
-  // [g, C_out/g, C_in/g, k...]: the same bytes seen with the two channel axes swapped
-  const Dims onnx = m.val(w).shape, held = plain(onnx).get_strides();
-  const int64_t in_per_group = onnx[0] / groups;
-  Dims wdims{onnx[1], in_per_group}, seen{held[1], held[0]};
-  if (groups > 1) {
-    wdims.insert(wdims.begin(), groups);
-    seen.insert(seen.begin(), in_per_group * held[0]);
-  }
-  for (size_t k = 2; k < onnx.size(); ++k) {
-    wdims.push_back(onnx[k]);
-    seen.push_back(held[k]);
-  }
+  const DeconvWeight weight = deconv_weight(m.val(w).shape, groups);
   const memory::desc bias_md = b >= 0 ? plain(m.val(b).shape) : memory::desc();
   dnnl::deconvolution_forward::primitive_desc pd(
       m.eng, dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct,
-      any(m.val(src).shape, m.compute), any(wdims, m.compute), bias_md, any(m.val(dst).shape, m.result_type(dst)),
-      strides, onednn_dilations(dilations), pad_begin, pad_end, m.attr(acts));
+      any(m.val(src).shape, m.compute), any(weight.dims, m.compute), bias_md,
+      any(m.val(dst).shape, m.result_type(dst)), strides, onednn_dilations(dilations), pad_begin, pad_end,
+      m.attr(acts));
   int x = m.ensure(m.dense(src), pd.src_desc());
   int y = m.produce(dst, pd.dst_desc());
   std::vector<Arg> args{Impl::use(DNNL_ARG_SRC, x),
-                        Impl::owned(DNNL_ARG_WEIGHTS, m.constant_as(w, memory::desc(wdims, dt::f32, seen), pd.weights_desc())),
+                        Impl::owned(DNNL_ARG_WEIGHTS, m.constant_as(w, weight.as_held, pd.weights_desc())),
                         Impl::use(DNNL_ARG_DST, y)};
   if (b >= 0) args.push_back(Impl::owned(DNNL_ARG_BIAS, m.constant_as(b, pd.bias_desc())));
   m.add(pd, dnnl::deconvolution_forward(pd), std::move(args), acts);

@@ -163,6 +163,23 @@ Dims grouped_weight(const Dims& onnx, int64_t groups) {
   return dims;
 }
 
+// ONNX holds the weight [C_in, C_out/g, k...]; oneDNN reads [C_out, C_in, k...], grouped
+// [g, C_out/g, C_in/g, k...]: the same bytes seen with the two channel axes swapped
+DeconvWeight deconv_weight(const Dims& onnx, int64_t groups) {
+  const Dims held = plain(onnx).get_strides();
+  const int64_t in_per_group = onnx[0] / groups;
+  Dims dims{onnx[1], in_per_group}, seen{held[1], held[0]};
+  if (groups > 1) {
+    dims.insert(dims.begin(), groups);
+    seen.insert(seen.begin(), in_per_group * held[0]);
+  }
+  for (size_t k = 2; k < onnx.size(); ++k) {
+    dims.push_back(onnx[k]);
+    seen.push_back(held[k]);
+  }
+  return {dims, memory::desc(dims, dt::f32, seen)};
+}
+
 size_t align_up(size_t n) { return (n + 63) / 64 * 64; }
 
 // A dense operand `b` seen with the axis order of `a`'s strides (nhwc for an nhwc `a`): the same
