@@ -197,7 +197,8 @@ def write_report(report: Any, model: CompiledModel, precision: Precision, guarde
         q = quantized.report
         report.precision["nodes"].update({n.name: "int8" for n in plan.decisions if computes_in_int8(n)})
         report.precision["int8"] = {"method": q.method, "tolerance": q.tolerance, "calibration": q.calibration,
-                                    "sets": q.sets, "tensors": q.tensors, "checked": [vars(c) for c in q.checked]}
+                                    "sets": q.sets, "tensors": q.tensors, "folded": q.folded,
+                                    "checked": [vars(c) for c in q.checked]}
     reference = quantized or guarded
     if reference is not None:
         outs = model.run(reference.feeds)

@@ -96,6 +96,7 @@ class Int8Report:
     sets: int                           # calibration input sets the ranges are over
     checked: list[Int8Check] = field(default_factory=list)
     tensors: int = 0                    # activations quantized
+    folded: int = 0                     # BatchNormalizations folded into their convolutions first
 
     @property
     def int8(self) -> list[str]:
@@ -129,7 +130,7 @@ def quantize_int8(graph: Graph, sets: list[dict[str, np.ndarray]], calibration: 
     calibration: "random" or "given", as the report says."""
     method = resolve_method(method)
     tolerance = TOLERANCE if tolerance is None else tolerance
-    apply_rules(graph, [FOLD_BATCH_NORM])
+    folded = apply_rules(graph, [FOLD_BATCH_NORM]).counts[FOLD_BATCH_NORM.name]
     candidates = products(graph)
     scaled_by = tensors(graph, set(candidates))
     names = {v.name for v in scaled_by.values()}
@@ -145,5 +146,5 @@ def quantize_int8(graph: Graph, sets: list[dict[str, np.ndarray]], calibration: 
     chosen = [n for n, c in zip(candidates, report.checked) if not c.kept_float]
     quantized = {v: quantizations[s.name] for v, s in tensors(graph, set(chosen)).items()}
     quantize(graph, chosen, quantized)
-    report.tensors = len(quantized)
+    report.tensors, report.folded = len(quantized), folded
     return Quantized(report, sets[0], {v.name: first[v.name] for v in graph.outputs})

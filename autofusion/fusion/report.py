@@ -199,7 +199,9 @@ class FusionReport:
             kept = [c for c in q["checked"] if c["kept_float"]]
             int8 = sum(1 for v in p["nodes"].values() if v == "int8")
             lines.append(f"  {int8} node(s) in int8, {q['tensors']} activation(s) quantized to uint8 "
-                         f"({q['method']} ranges over {q['sets']} {q['calibration']} calibration input set(s))")
+                         f"({q['method']} ranges over {q['sets']} {q['calibration']} calibration input set(s))"
+                         + (f"; {q['folded']} BatchNormalization(s) folded into their convolutions first"
+                            if q.get("folded") else ""))
             lines.append(f"  int8 guard (tolerance {q['tolerance']:.1e}, relative RMS error): "
                          f"{len(q['checked'])} convolution(s) and product(s) checked, {len(kept)} kept in float")
             lines += [f"    {c['op']} {c['node']!r}: int8 error {c['error']:.2e}" for c in kept]

@@ -202,7 +202,9 @@ def test_a_torch_module_compiles_in_int8():
                                  torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(16, 10)).eval()
     x = torch.randn(1, 3, 32, 32)
     m = autofusion.compile(module, example_inputs=(x,), precision="int8", calibration={"input_0": x.numpy()})
-    assert len(m.report.precision["int8"]["checked"]) == 2   # the two convolutions; the Linear writes the output
+    q = m.report.precision["int8"]
+    assert len(q["checked"]) == 2   # the two convolutions; the Linear writes the output
+    assert q["folded"] == 1 and "1 BatchNormalization(s) folded" in m.report.text()
     with torch.no_grad():
         want = module(x)
     assert P.relative_error(m(x).numpy(), want.numpy()) < INT8_BOUND
