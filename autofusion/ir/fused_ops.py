@@ -165,6 +165,14 @@ def _quantized_binary(name: str):
     return decomposition
 
 
+def per_channel_of(x: Value, g: Value) -> bool:
+    """Whether g holds one value per channel of x (per image, or for all): [1 or N, C, 1, …], the
+    second operand QuantizedAdd and QuantizedMul may broadcast (a squeeze-excitation's gate)."""
+    xs, gs = x.shape, g.shape
+    return (xs is not None and gs is not None and len(xs) == len(gs) >= 3 and gs[1] == xs[1]
+            and gs[0] in (1, xs[0]) and all(d == 1 for d in gs[2:]) and any(d != 1 for d in xs[2:]))
+
+
 fused_op("QuantizedAdd", OpClass.ELEMWISE, _quantized_elementwise(7))(_quantized_binary("Add"))
 fused_op("QuantizedMul", OpClass.ELEMWISE, _quantized_elementwise(7))(_quantized_binary("Mul"))
 

@@ -20,7 +20,7 @@ from ...ir.activations import ACTIVATION_OPS, ELTWISE, FUNCTIONS, activation, cl
 from ...ir.attributes import opset_of
 from ...ir.builder import fused
 from ...ir.dims import slice_bounds, symbolic_slice_bounds
-from ...ir.fused_ops import mask_dead_rows, mask_fits
+from ...ir.fused_ops import mask_dead_rows, mask_fits, per_channel_of
 from ...ir.geometry import explicit_pads, split_total
 from ...ir.region_space import LayoutError, reduced_axes
 from ...ir.shapes.tensor import pad_counts
@@ -1023,7 +1023,8 @@ def _int8_quantization(node: Node, p: PartitionSource) -> tuple:
 def check_quantized_binary(node: Node) -> str | None:
     a, b = node.inputs[0], node.inputs[1]
     return first(_computed(node, 0, 1), dense(node, (0, 1), types=INTEGERS), _per_tensor(node, 2, 3, 4, 5, 6, 7),
-                 None if a.shape == b.shape else "its operands' shapes differ: the int8 step does not broadcast",
+                 None if a.shape == b.shape or per_channel_of(a, b) else
+                 "its operands' shapes differ other than as a value per channel: the int8 step does not broadcast",
                  None if node.attr("activation", "") in ("", "Relu", "Clip") else "an activation other than a clamp")
 
 

@@ -33,7 +33,7 @@ import numpy as np
 from ...ir import DType, Node, Value, geometry
 from ...ir.activations import ACTIVATION_OPS, activation_of
 from ...ir.builder import FUSED_DOMAIN
-from ...ir.fused_ops import CONV_TRANSPOSE_ATTRS, QUANTIZATION_MOVES as MOVES
+from ...ir.fused_ops import CONV_TRANSPOSE_ATTRS, QUANTIZATION_MOVES as MOVES, per_channel_of
 from ..pattern import Match
 from ..rule import Rule, describe, dims
 from .conv import activation_problem, conv_geometry, explicit_pads
@@ -274,14 +274,16 @@ def _eight_bit_per_tensor(dq: Node) -> str | None:
 
 
 def check_binary(m: Match) -> str | None:
-    """8-bit integers of one shape each side (no broadcasting), every scale and zero point one
-    constant."""
+    """8-bit integers of one shape each side, or one side a value per channel of the other (a
+    squeeze-excitation's gate), every scale and zero point one constant."""
     binary = m.node("binary")
     why = _eight_bit_per_tensor(m.node("dq_a")) or _eight_bit_per_tensor(m.node("dq_b")) or _output_problem(m)
     if why:
         return why
-    if m.a.shape is None or m.a.shape != m.b.shape:
-        return f"{describe(binary)}: operands of shapes {dims(m.a)} and {dims(m.b)}; the int8 ops take one shape"
+    if m.a.shape is None or (m.a.shape != m.b.shape and not per_channel_of(m.a, m.b)
+                             and not per_channel_of(m.b, m.a)):
+        return (f"{describe(binary)}: operands of shapes {dims(m.a)} and {dims(m.b)}; the int8 ops take one "
+                "shape, or one value per channel on one side")
     return m.has("act") and activation_problem(m.node("act")) or None
 
 
@@ -463,10 +465,13 @@ def replace_product(op, m: Match) -> Value:
 
 
 def replace_binary(op, m: Match) -> Value:
+    """The full-shape operand first (a per-channel one second: Add and Mul commute, exactly)."""
     dq_a, dq_b, q = m.node("dq_a"), m.node("dq_b"), m.node("q")
+    if per_channel_of(m.b, m.a):
+        dq_a, dq_b = dq_b, dq_a
     fused = getattr(op, f"Quantized{m.node('binary').op_type}")
-    return fused(m.a, m.b, dq_a.inputs[1], dq_a.input(2), dq_b.inputs[1], dq_b.input(2), q.inputs[1], q.input(2),
-                 **_activation(m))
+    return fused(dq_a.inputs[0], dq_b.inputs[0], dq_a.inputs[1], dq_a.input(2), dq_b.inputs[1], dq_b.input(2),
+                 q.inputs[1], q.input(2), **_activation(m))
 
 
 def replace_activation(op, m: Match) -> Value:

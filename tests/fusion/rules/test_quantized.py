@@ -232,13 +232,51 @@ def test_a_gated_table_equals_the_qdq_graph_exactly(backend):
     np.testing.assert_array_equal(fused(x), reference(x))
 
 
-def test_a_broadcast_product_stays_float():
+def gated_channels(gate_shape: tuple, gate_first: bool = False, x_shape: tuple = (1, 8, 6, 6)) -> onnx.ModelProto:
+    """x · g with g broadcast (a squeeze-excitation's per-channel gate), as a quantizer writes it."""
     q = QdqGraph()
     xq, gq = q.quantize("x", 0.05, 128), q.quantize("g", 0.01, 0)
-    y = q.node("Mul", [q.dequantize(xq, "mul"), q.dequantize(gq, "mul")], "mul")
-    graph, report = fuse(q.model({"x": (1, 8, 6, 6), "g": (1, 8, 1, 1)}, q.dequantize(q.quantize(y, 0.04, 60), "out")))
+    operands = [q.dequantize(xq, "mul"), q.dequantize(gq, "mul")]
+    y = q.node("Mul", operands[::-1] if gate_first else operands, "mul")
+    return q.model({"x": x_shape, "g": gate_shape}, q.dequantize(q.quantize(y, 0.04, 60), "out"))
+
+
+@pytest.mark.parametrize("gate_first", [False, True])
+def test_a_per_channel_gate_is_an_int8_product_with_the_full_operand_first(gate_first):
+    graph, report = fuse(gated_channels((1, 8, 1, 1), gate_first))
+    [mul] = [n for n in graph.nodes if n.op == "autofusion::QuantizedMul"]
+    assert mul.inputs[0].name == "x_q" and mul.inputs[1].name == "g_q"
+    assert list(mul.outputs[0].shape) == [1, 8, 6, 6]
+
+
+@pytest.mark.parametrize("backend", ["auto", "torch"])
+@pytest.mark.parametrize("gate_shape, x_shape", [((1, 8, 1, 1), (1, 8, 6, 6)), ((2, 8, 1, 1), (2, 8, 6, 6)),
+                                                 ((1, 8, 1, 1), (3, 8, 5, 7))])
+def test_a_per_channel_int8_product_equals_the_qdq_graph(gate_shape, x_shape, backend):
+    model = gated_channels(gate_shape, x_shape=x_shape)
+    reference = autofusion.compile(model, level=0, backend="torch")
+    fused = autofusion.compile(model, level=2, backend=backend)
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.standard_normal(x_shape).astype(np.float32), "g": rng.uniform(0, 1, gate_shape).astype(np.float32)}
+    np.testing.assert_array_equal(fused.run(feeds)["mul_q_dq_out"], reference.run(feeds)["mul_q_dq_out"])
+    if native(fused):
+        assert "runtime int8 mul per channel" in native_plan_text(fused, feeds)
+
+
+def native(model) -> bool:
+    """Whether the model runs native partitions (the backend asked for may be "auto")."""
+    return any(p.target == "native" for p in model.plan.partitions)
+
+
+def native_plan_text(model, feeds) -> str:
+    model.run(feeds)   # the plan names each step's kernels once it has run
+    return str(model.plan)
+
+
+def test_a_broadcast_product_other_than_per_channel_stays_float():
+    graph, report = fuse(gated_channels((1, 1, 6, 6)))
     assert "autofusion::QuantizedMul" not in ops(graph)
-    assert "the int8 ops take one shape" in near_miss(report, "QuantizedMulFusionOp")
+    assert "one value per channel on one side" in near_miss(report, "QuantizedMulFusionOp")
 
 
 def test_a_quantized_embedding_table_is_gathered_before_it_is_dequantized():
@@ -429,7 +467,7 @@ def test_a_dynamically_quantized_product_equals_the_graph(per_column, backend):
         np.testing.assert_allclose(fused(x), reference(x), rtol=1e-6, atol=1e-6)
     zeros = np.zeros((2, 5, 48), np.float32)   # a range of 0: scale 1, as ONNX Runtime
     np.testing.assert_array_equal(fused(zeros), reference(zeros))
-    if fused.plan.backend == "native":   # on oneDNN's int8 matmul where the CPU has VNNI
+    if native(fused):   # on oneDNN's int8 matmul where the CPU has VNNI
         products = [n for n in fused.graph.nodes if n.op == "autofusion::DynamicQuantizedMatMul"]
         assert all((fused.plan.decisions[n].impl.name == "onednn") == has_vnni() for n in products)
 
@@ -443,7 +481,7 @@ def test_a_zero_point_not_the_quantizers_is_not_the_dynamic_product():
 def test_a_weight_zero_point_leaves_the_dynamic_product_on_pytorch_and_says_why():
     model = autofusion.compile(dynamic_linear(w_zero_point=3))
     [product, *_] = [n for n in model.graph.nodes if n.op == "autofusion::DynamicQuantizedMatMul"]
-    if model.plan.backend == "native":
+    if native(model):
         decision = model.plan.decisions[product]
         assert decision.impl.name == "torch" and "zero point" in dict(decision.refused)["onednn"]
 
@@ -470,7 +508,7 @@ def test_an_int8_transposed_conv_equals_the_qdq_graph(case, backend):
     if backend == "auto":
         compiled = autofusion.compile(model)
         [conv] = [n for n in compiled.graph.nodes if n.op == "autofusion::QuantizedConvTranspose"]
-        if compiled.plan.backend == "native":
+        if native(compiled):
             assert (compiled.plan.decisions[conv].impl.name == "onednn") == has_vnni()
 
 

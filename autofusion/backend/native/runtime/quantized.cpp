@@ -60,6 +60,25 @@ void combined_into(const A* a, const B* b, Y* y, int64_t n, const float* scales,
   }
 }
 
+// the same over n images of `pixels` positions of `channels` values, channels innermost, b one
+// value per channel (of each image, b_per_image; else of all)
+template <bool Product, class A, class B, class Y>
+void combined_per_channel(const A* a, const B* b, Y* y, int64_t images, int64_t pixels, int64_t channels,
+                          bool b_per_image, const float* scales, const int* zero_points, float low, float high) {
+  const float sa = scales[0], sb = scales[1], sy = scales[2];
+  const int za = zero_points[0], zb = zero_points[1], zy = zero_points[2];
+#pragma omp parallel for schedule(static) if (images * pixels * channels >= PARALLEL_FROM)
+  for (int64_t row = 0; row < images * pixels; ++row) {
+    const B* g = b + (b_per_image ? row / pixels * channels : 0);
+    const A* x = a + row * channels;
+    Y* out = y + row * channels;
+    for (int64_t c = 0; c < channels; ++c) {
+      const float fa = float(int32_t(x[c]) - za) * sa, fb = float(int32_t(g[c]) - zb) * sb;
+      out[c] = quantized<Y>(std::min(high, std::max(low, Product ? fa * fb : fa + fb)), sy, zy);
+    }
+  }
+}
+
 bool eight_bit(dt t) { return t == dt::u8 || t == dt::s8; }
 
 // f(T{}) with T the C++ type of the 8-bit type t
@@ -138,14 +157,20 @@ void Partition::qbinary(int dst, int a, int b, Bin op, float a_scale, int a_zero
                         int b_zero_point, float y_scale, int y_zero_point, float low, float high) {
   Impl& m = *impl_;
   if (op != Bin::Add && op != Bin::Mul) m.fail("an int8 binary step adds or multiplies");
-  a = m.dense(a);
+  const Dims shape = m.val(a).shape, b_shape = m.val(b).shape;
+  // b one value per channel ([1 or N, C, 1, ...]: a squeeze-excitation's gate): a channels innermost
+  const bool per_channel = b_shape != shape;
+  a = per_channel ? m.ensure(a, channels_last(shape, m.md_of(a).get_data_type())) : m.dense(a);
   const memory::desc& layout = m.md_of(a);
-  b = m.ensure(m.dense(b), retyped(layout, m.md_of(b).get_data_type()));   // b in a's layout
+  b = per_channel ? m.dense(b) : m.ensure(m.dense(b), retyped(layout, m.md_of(b).get_data_type()));   // b in a's layout
   const dt ta = layout.get_data_type(), tb = m.md_of(b).get_data_type(), ty = m.val(dst).type;
   if (!eight_bit(ta) || !eight_bit(tb) || !eight_bit(ty)) m.fail("an int8 binary step reads and writes u8 or s8");
   const int y = m.produce(dst, retyped(layout, ty));
   Exec own{dnnl::primitive(), {Impl::use(DNNL_ARG_SRC_0, a), Impl::use(DNNL_ARG_SRC_1, b), Impl::use(DNNL_ARG_DST, y)},
            {}, m.node, m.step};
+  const int64_t images = shape[0], channels = shape.size() > 1 ? shape[1] : 1;
+  const int64_t pixels = product(shape, 0, shape.size()) / std::max<int64_t>(1, images * channels);
+  const bool b_per_image = per_channel && b_shape[0] == images && images > 1;
   const float scales[3] = {a_scale, b_scale, y_scale};
   const int zero_points[3] = {a_zero_point, b_zero_point, y_zero_point};
   const bool product = op == Bin::Mul;
@@ -162,13 +187,18 @@ void Partition::qbinary(int dst, int a, int b, Bin op, float a_scale, int a_zero
           using Y = decltype(vy);
           auto at = static_cast<const A*>(pa);
           auto bt = static_cast<const B*>(pb);
-          if (product) combined_into<true>(at, bt, static_cast<Y*>(py), n, scales, zero_points, low, high);
-          else combined_into<false>(at, bt, static_cast<Y*>(py), n, scales, zero_points, low, high);
+          auto yt = static_cast<Y*>(py);
+          if (per_channel && product)
+            combined_per_channel<true>(at, bt, yt, images, pixels, channels, b_per_image, scales, zero_points, low, high);
+          else if (per_channel)
+            combined_per_channel<false>(at, bt, yt, images, pixels, channels, b_per_image, scales, zero_points, low, high);
+          else if (product) combined_into<true>(at, bt, yt, n, scales, zero_points, low, high);
+          else combined_into<false>(at, bt, yt, n, scales, zero_points, low, high);
         });
       });
     });
   };
-  own.kernel = product ? "runtime int8 mul" : "runtime int8 add";
+  own.kernel = std::string(product ? "runtime int8 mul" : "runtime int8 add") + (per_channel ? " per channel" : "");
   m.execs.push_back(std::move(own));
   m.finish(dst, y);
 }
