@@ -5,7 +5,8 @@ writes, for the int8 rules (fusion/rules/quantized.py) to fuse into int8 ops.
                  float weight, whose output (after a ReLU or Clip) is not a model output
     tensors      which activations are quantized once some products are chosen: each product's
                  input and output (after a ReLU or Clip that alone reads it), and on from there
-                 through what the int8 rules run over integers — sums and products of one shape,
+                 through what the int8 rules run over integers — sums and products of one shape
+                 (or of a value per channel),
                  activations (a table of 256), moves (in their input's scale), Concat
     quantize     QuantizeLinear → DequantizeLinear on each of those tensors (uint8, one scale and
                  zero point from its calibrated range); each chosen product's weight int8 per
@@ -23,7 +24,7 @@ import numpy as np
 
 from ..ir import DType, Graph, Node, Value
 from ..ir.activations import ACTIVATION_OPS
-from ..ir.fused_ops import QUANTIZATION_MOVES
+from ..ir.fused_ops import QUANTIZATION_MOVES, per_channel_of
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,7 @@ def tensors(graph: Graph, chosen: set[Node]) -> dict[Value, Value]:
             y = _after_activation(n, outputs)
             scaled_by[y] = y
         elif (n.op in ("Add", "Mul") and len(n.inputs) == 2 and all(v in scaled_by for v in n.inputs)
-              and n.inputs[0].shape is not None and n.inputs[0].shape == n.inputs[1].shape):
+              and _int8_operands(*n.inputs)):
             y = _after_activation(n, outputs)
             scaled_by[y] = y
         elif n.op in ACTIVATION_OPS and x in scaled_by and all(v.const is not None for v in n.inputs[1:] if v):
@@ -99,6 +100,11 @@ def tensors(graph: Graph, chosen: set[Node]) -> dict[Value, Value]:
         elif n.op == "Concat" and n.inputs and all(v in scaled_by for v in n.inputs):
             scaled_by[n.outputs[0]] = n.outputs[0]
     return {v: s for v, s in scaled_by.items() if id(v) not in outputs and _float(v)}
+
+
+def _int8_operands(a: Value, b: Value) -> bool:
+    """Operands an int8 sum or product takes: one shape, or one side a value per channel."""
+    return a.shape is not None and (a.shape == b.shape or per_channel_of(a, b) or per_channel_of(b, a))
 
 
 def _after_activation(node: Node, outputs: set[int]) -> Value:

@@ -145,3 +145,17 @@ def test_a_transposed_convolution_is_a_candidate_quantized_along_its_output_chan
     P.quantize(g, [up], {v: P.Quantization.of_range(-2.0, 2.0) for v in scaled_by})
     optimize(g, 2, evaluate=evaluate_node)
     assert g.op_histogram()["autofusion::QuantizedConvTranspose"] == 1
+
+
+def test_a_per_channel_gate_is_quantized_through():
+    """A squeeze-excitation: the gate (one value per channel) times the feature map, both quantized."""
+    g = import_onnx(_model([
+        helper.make_node("Conv", ["x", "w1"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("GlobalAveragePool", ["c"], ["p"]),
+        helper.make_node("Conv", ["p", "w2"], ["s"]),
+        helper.make_node("Sigmoid", ["s"], ["gate"]),
+        helper.make_node("Mul", ["c", "gate"], ["m"]),
+        helper.make_node("Conv", ["m", "w3"], ["y"]),
+    ], {"w1": _weight(4, 4, 3, 3), "w2": _weight(4, 4, 1, 1), "w3": _weight(2, 4, 1, 1)}))
+    scaled_by = {v.name for v in P.tensors(g, set(P.products(g)))}
+    assert {"c", "gate", "m"} <= scaled_by
