@@ -21,10 +21,11 @@ the quantizer was (its own post-training quantization and guard; not the same Q/
               faster peer, round by round
 
     python -m autofusion.benchmarks.quantized --models resnet50,mobilenet_v3_large --rounds 8
-    python -m autofusion.benchmarks.quantized --models bert-base --dynamic   # quantize_dynamic
+    python -m autofusion.benchmarks.quantized --models resnet50 --format qoperator   # QLinearConv, QLinearAdd, …
+    python -m autofusion.benchmarks.quantized --models bert-base --format dynamic    # quantize_dynamic
 
-Files go to --out/onnx/quantized (reused), results to --out/quantized.md and .json (--dynamic:
---out/quantized-dynamic.md and .json).
+Files go to --out/onnx/quantized (reused), results to --out/quantized.md and .json (another
+--format: --out/quantized-FORMAT.md and .json).
 """
 from __future__ import annotations
 
@@ -48,22 +49,26 @@ from .systems import Autofusion, ModelCase, OnnxRuntime, OpenVino, as_arrays
 CALIBRATION = 8   # fixed random inputs the quantizer calibrates on
 
 
-def quantized(name: str, out: Path, dynamic: bool = False) -> Path:
-    """The model quantized by ONNX Runtime's tool (made once, reused): static QDQ, or dynamic
-    (`quantize_dynamic`: int8 weights, DynamicQuantizeLinear + MatMulInteger)."""
+FORMATS = ("qdq", "qoperator", "dynamic")
+
+
+def quantized(name: str, out: Path, form: str = "qdq") -> Path:
+    """The model quantized by ONNX Runtime's tool (made once, reused): static, in the QDQ or the
+    QOperator format (QLinearConv, com.microsoft QLinearAdd, …), or dynamic (`quantize_dynamic`:
+    int8 weights, DynamicQuantizeLinear + MatMulInteger)."""
     from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType, quantize_dynamic,
                                           quantize_static)
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{name}.{'dynamic' if dynamic else 'qdq'}.onnx"
+    path = out / f"{name}.{form}.onnx"
     if path.exists():
         return path
     fp32, prepared = out / f"{name}.onnx", out / f"{name}.prepared.onnx"
     if not prepared.exists():
         export_onnx(name, fp32)
         quant_pre_process(str(fp32), str(prepared))   # what the tool asks for first (shapes, folding)
-    if dynamic:
+    if form == "dynamic":
         quantize_dynamic(str(prepared), str(path), weight_type=QuantType.QInt8)
         return path
     inputs = example_inputs(name, 1)
@@ -75,7 +80,8 @@ def quantized(name: str, out: Path, dynamic: bool = False) -> Path:
         def get_next(self):
             return next(self.batches, None)
 
-    quantize_static(str(prepared), str(path), Calibration(), quant_format=QuantFormat.QDQ, per_channel=True,
+    quantize_static(str(prepared), str(path), Calibration(),
+                    quant_format=QuantFormat.QOperator if form == "qoperator" else QuantFormat.QDQ, per_channel=True,
                     activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
     return path
 
@@ -119,20 +125,20 @@ def agreement(outputs: list[np.ndarray], reference: list[np.ndarray], k: int) ->
 
 
 def run_model(name: str, out: Path, args) -> dict:
-    path = quantized(name, out / "onnx" / "quantized", args.dynamic)
+    path = quantized(name, out / "onnx" / "quantized", args.format)
     inputs = example_inputs(name, 1)
-    row: dict = {"model": name + (" (dynamic)" if args.dynamic else ""), "file": str(path), "errors": {},
+    row: dict = {"model": name + ("" if args.format == "qdq" else f" ({args.format})"), "file": str(path), "errors": {},
                  "compile_s": {}, "correct": {}}
     case = ModelCase(name, str(path), inputs, None, args.threads)
     fp32_case = ModelCase(name, str(path.parent / f"{name}.onnx"), inputs, None, args.threads)
     systems = {"ORT (off)": OnnxRuntime("ORT_DISABLE_ALL"), "fp32": OnnxRuntime("ORT_DISABLE_ALL"),
                "ORT (all)": OnnxRuntime("ORT_ENABLE_ALL"), "autofusion L2": Autofusion(2),
                "OpenVINO": OpenVino("default")}
-    if not args.dynamic:   # its own static quantization, beside the quantizer's
+    if args.format == "qdq":   # its own static quantization, beside the quantizer's
         systems["autofusion int8"] = Autofusion(2, precision="int8", calibration=calibration_sets(inputs))
     of_fp32 = {"fp32", "autofusion int8"}   # compiled from the fp32 file
     feeds = [{k: torch.from_numpy(_random_like(v, 100 + i)) for k, v in inputs.items()} for i in range(args.inputs)]
-    step = output_step(path) if not args.dynamic else None   # a dynamic model's outputs are float
+    step = output_step(path) if args.format != "dynamic" else None   # the last DequantizeLinear's scale
     answers, ready = {}, {}
     for label, system in systems.items():
         try:
@@ -206,7 +212,7 @@ def in_child(name: str, args) -> dict:
     process: EfficientNet-B4 61 ms against 30, the cause not found; MobileNetV3-L after
     ResNet-50's systems: 17 ms against 2.4)."""
     common = ["--out", str(args.out)]
-    common += ["--dynamic"] if args.dynamic else []
+    common += ["--format", args.format]
     subprocess.run([sys.executable, "-m", "autofusion.benchmarks.quantized", "--prepare", name, *common],
                    capture_output=True, text=True)
     command = [sys.executable, "-m", "autofusion.benchmarks.quantized", "--one", name, *common,
@@ -229,14 +235,15 @@ def main(argv=None) -> None:
     p.add_argument("--block", type=int, default=10)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--inputs", type=int, default=16, help="fixed random inputs for correctness and agreement")
-    p.add_argument("--dynamic", action="store_true",
-                   help="quantize with quantize_dynamic (int8 weights, inputs quantized on each call) instead")
+    p.add_argument("--format", choices=FORMATS, default="qdq",
+                   help="how ONNX Runtime's tool quantizes: static QDQ (default, with autofusion's own "
+                        "precision=int8 beside it), static QOperator, or dynamic")
     p.add_argument("--one", help=argparse.SUPPRESS)   # the child process measuring one model
     p.add_argument("--prepare", help=argparse.SUPPRESS)   # the child process quantizing one model
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.prepare:
-        quantized(args.prepare, args.out / "onnx" / "quantized", args.dynamic)
+        quantized(args.prepare, args.out / "onnx" / "quantized", args.format)
         return
     if args.one:
         try:
@@ -250,7 +257,7 @@ def main(argv=None) -> None:
         rows.append(in_child(name, args))
         print(json.dumps(rows[-1]), flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
-    stem = "quantized-dynamic" if args.dynamic else "quantized"
+    stem = "quantized" if args.format == "qdq" else f"quantized-{args.format}"
     (args.out / f"{stem}.json").write_text(json.dumps(rows, indent=1))
     (args.out / f"{stem}.md").write_text(table([r for r in rows if "skipped" not in r]) + "\n")
     print(table([r for r in rows if "skipped" not in r]))
