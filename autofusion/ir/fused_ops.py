@@ -88,10 +88,14 @@ def fused_matmul(op: GraphBuilder, node: Node, a, b, c=None, residual=None):
 # Inputs (x, w, bias, x_scale, x_zero_point, w_scale, w_zero_point, y_scale, y_zero_point): the
 # integer operands first, as the float ops have them, the bias in float (its dequantized values),
 # then the scales and zero points of x, of w (per tensor, or per output channel along w's `axis`)
-# and of the output. Their meaning is the Q/DQ graph they came from, rounding and all.
+# and of the output. Their meaning is the Q/DQ graph they came from, rounding and all. A product
+# without y_scale writes float (the graph quantizes nothing after it).
 
 def _quantized_type(node: Node, zero_point: int = 8):
-    """The output's type: its zero point's (input `zero_point`), else uint8 (QuantizeLinear's)."""
+    """The output's type: its zero point's (input `zero_point`), else uint8 (QuantizeLinear's);
+    float where there is no output scale (the input before the zero point)."""
+    if node.input(zero_point - 1) is None:
+        return DType.FLOAT
     zp = node.input(zero_point)
     return zp.dtype if zp is not None else DType.UINT8
 
@@ -111,6 +115,12 @@ def _dequantized_operands(op: GraphBuilder, node: Node, x, w, x_scale, x_zero_po
             op.DequantizeLinear(w, w_scale, w_zero_point, axis=node.attr("axis", 0)))
 
 
+def _requantized(op: GraphBuilder, node: Node, y, y_scale, y_zero_point):
+    """The activation, then the output quantized (as float where there is no y_scale)."""
+    y = apply_activation(op, node, y)
+    return [y if y_scale is None else op.QuantizeLinear(y, y_scale, y_zero_point)]
+
+
 # ops that move or pick values without computing new ones: with one scale and zero point on both
 # sides, Q(op(DQ(x))) is op(x) exactly (nearest Resize only); each with how many inputs it reads
 # besides the data. The int8 rules run them over integers; precision="int8" quantizes through them.
@@ -121,22 +131,22 @@ QUANTIZATION_MOVES = {"MaxPool": 0, "GlobalMaxPool": 0, "Reshape": 1, "Transpose
 
 @fused_op("QuantizedConv", OpClass.COMPLEX)
 def quantized_conv(op: GraphBuilder, node: Node, x, w, b, x_scale, x_zero_point, w_scale, w_zero_point,
-                   y_scale, y_zero_point=None):
-    """Q(act(Conv(DQ(x), DQ(w), b))): an int8 convolution, its output requantized."""
+                   y_scale=None, y_zero_point=None):
+    """Q(act(Conv(DQ(x), DQ(w), b))): an int8 convolution, its output requantized (or float)."""
     xf, wf = _dequantized_operands(op, node, x, w, x_scale, x_zero_point, w_scale, w_zero_point)
     y = op.Conv(xf, wf, b, **{k: node.attrs[k] for k in ("strides", "pads", "dilations", "group")
                               if k in node.attrs})
-    return [op.QuantizeLinear(apply_activation(op, node, y), y_scale, y_zero_point)]
+    return _requantized(op, node, y, y_scale, y_zero_point)
 
 
 @fused_op("QuantizedConvTranspose", OpClass.COMPLEX)
 def quantized_conv_transpose(op: GraphBuilder, node: Node, x, w, b, x_scale, x_zero_point, w_scale, w_zero_point,
-                             y_scale, y_zero_point=None):
+                             y_scale=None, y_zero_point=None):
     """Q(act(ConvTranspose(DQ(x), DQ(w), b))): an int8 transposed convolution, its output
     requantized (the weight [C_in, C_out/group, k…], its scales along `axis` 1)."""
     xf, wf = _dequantized_operands(op, node, x, w, x_scale, x_zero_point, w_scale, w_zero_point)
     y = op.ConvTranspose(xf, wf, b, **{k: v for k, v in node.attrs.items() if k in CONV_TRANSPOSE_ATTRS})
-    return [op.QuantizeLinear(apply_activation(op, node, y), y_scale, y_zero_point)]
+    return _requantized(op, node, y, y_scale, y_zero_point)
 
 
 CONV_TRANSPOSE_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "output_padding", "pads", "strides")
@@ -144,15 +154,15 @@ CONV_TRANSPOSE_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "outpu
 
 @fused_op("QuantizedMatMul", OpClass.COMPLEX, _quantized_product)
 def quantized_matmul(op: GraphBuilder, node: Node, a, b, c, a_scale, a_zero_point, b_scale, b_zero_point,
-                     y_scale, y_zero_point=None):
-    """Q(act(DQ(A)·DQ(B)ᵀ? + c)): an int8 MatMul or Gemm, its output requantized."""
+                     y_scale=None, y_zero_point=None):
+    """Q(act(DQ(A)·DQ(B)ᵀ? + c)): an int8 MatMul or Gemm, its output requantized (or float)."""
     af, bf = _dequantized_operands(op, node, a, b, a_scale, a_zero_point, b_scale, b_zero_point)
     if node.attr("trans_b", 0):
         bf = op.Transpose(bf, perm=[1, 0])
     y = op.MatMul(af, bf)
     if c is not None:
         y = op.Add(y, c)
-    return [op.QuantizeLinear(apply_activation(op, node, y), y_scale, y_zero_point)]
+    return _requantized(op, node, y, y_scale, y_zero_point)
 
 
 def _quantized_binary(name: str):

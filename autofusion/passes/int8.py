@@ -2,7 +2,7 @@
 writes, for the int8 rules (fusion/rules/quantized.py) to fuse into int8 ops.
 
     products     the candidates: convolutions and products (Conv, ConvTranspose, MatMul, Gemm) with a constant
-                 float weight, whose output (after a ReLU or Clip) is not a model output
+                 float weight
     tensors      which activations are quantized once some products are chosen: each product's
                  input and output (after a ReLU or Clip that alone reads it), and on from there
                  through what the int8 rules run over integers — sums and products of one shape
@@ -14,7 +14,7 @@ writes, for the int8 rules (fusion/rules/quantized.py) to fuse into int8 ops.
                  ops add it in float; an int32 bias would only round it)
 
 The ranges come from calibration and which products are int8 from the guard (backend/int8.py).
-Model outputs stay float.
+Model outputs stay float: a product that writes one reads int8 and writes float.
 """
 from __future__ import annotations
 
@@ -72,34 +72,41 @@ def weight_axis(node: Node) -> int | None:
 
 
 def products(graph: Graph) -> list[Node]:
-    """The nodes precision="int8" may quantize, in graph order."""
-    outputs = {id(v) for v in graph.outputs}
-    return [n for n in graph.nodes if weight_axis(n) is not None and _float(n.inputs[0])
-            and id(_after_activation(n, outputs)) not in outputs]
+    """The nodes precision="int8" may quantize, in graph order (one that writes a model output
+    quantizes its input and weight only: the int8 op then writes float)."""
+    return [n for n in graph.nodes if weight_axis(n) is not None and _float(n.inputs[0])]
 
 
 def tensors(graph: Graph, chosen: set[Node]) -> dict[Value, Value]:
     """Each tensor to quantize → the tensor whose range gives its scale (itself, or for a move's
-    output its input's), with the chosen products int8."""
+    output its input's), with the chosen products int8. Forward, what can be int8: each product's
+    input and output, and the outputs of what runs over integers when its inputs are. Then back,
+    what is: a chosen product's input, and the inputs of an int8 op whose output is (so a result
+    only float ops read stays float: its product writes float, and nothing rounds it twice)."""
     outputs = {id(v) for v in graph.outputs}
     scaled_by: dict[Value, Value] = {}
+    read_from: dict[Value, list[Value]] = {}   # an int8 op's output → the tensors it reads as integers
     for n in graph.nodes:
         x = n.input(0)
         if n in chosen:
             scaled_by.setdefault(x, x)
             y = _after_activation(n, outputs)
-            scaled_by[y] = y
+            scaled_by[y], read_from[y] = y, []
         elif (n.op in ("Add", "Mul") and len(n.inputs) == 2 and all(v in scaled_by for v in n.inputs)
               and _int8_operands(*n.inputs)):
             y = _after_activation(n, outputs)
-            scaled_by[y] = y
+            scaled_by[y], read_from[y] = y, list(n.inputs)
         elif n.op in ACTIVATION_OPS and x in scaled_by and all(v.const is not None for v in n.inputs[1:] if v):
-            scaled_by[n.outputs[0]] = n.outputs[0]
+            scaled_by[n.outputs[0]], read_from[n.outputs[0]] = n.outputs[0], [x]
         elif n.op in QUANTIZATION_MOVES and x in scaled_by and n.attr("mode", "nearest") == "nearest":
-            scaled_by[n.outputs[0]] = scaled_by[x]
+            scaled_by[n.outputs[0]], read_from[n.outputs[0]] = scaled_by[x], [x]
         elif n.op == "Concat" and n.inputs and all(v in scaled_by for v in n.inputs):
-            scaled_by[n.outputs[0]] = n.outputs[0]
-    return {v: s for v, s in scaled_by.items() if id(v) not in outputs and _float(v)}
+            scaled_by[n.outputs[0]], read_from[n.outputs[0]] = n.outputs[0], list(n.inputs)
+    needed = {n.input(0) for n in chosen}
+    for y in reversed(list(read_from)):   # made in graph order: readers after what they read
+        if y in needed:
+            needed.update(read_from[y])
+    return {v: s for v, s in scaled_by.items() if v in needed and id(v) not in outputs and _float(v)}
 
 
 def _int8_operands(a: Value, b: Value) -> bool:

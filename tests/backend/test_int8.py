@@ -203,7 +203,7 @@ def test_a_torch_module_compiles_in_int8():
     x = torch.randn(1, 3, 32, 32)
     m = autofusion.compile(module, example_inputs=(x,), precision="int8", calibration={"input_0": x.numpy()})
     q = m.report.precision["int8"]
-    assert len(q["checked"]) == 2   # the two convolutions; the Linear writes the output
+    assert len(q["checked"]) == 3   # the two convolutions and the Linear (int8 in, the float output out)
     assert q["folded"] == 1 and "1 BatchNormalization(s) folded" in m.report.text()
     with torch.no_grad():
         want = module(x)

@@ -78,7 +78,7 @@ def test_weights_are_int8_per_output_channel_symmetric():
 
 # ---- what gets quantized ------------------------------------------------------------------------
 
-def test_products_with_constant_weights_are_candidates_unless_they_write_a_model_output():
+def test_products_with_constant_weights_are_candidates():
     g = import_onnx(_model([
         helper.make_node("Conv", ["x", "w"], ["c"]),
         helper.make_node("Relu", ["c"], ["r"]),
@@ -86,9 +86,9 @@ def test_products_with_constant_weights_are_candidates_unless_they_write_a_model
         helper.make_node("MatMul", ["f", "m"], ["h"]),                # a constant 2-D weight: a candidate
         helper.make_node("Transpose", ["h"], ["h_t"]),
         helper.make_node("MatMul", ["h", "h_t"], ["hh"]),             # a run-time weight: not
-        helper.make_node("Gemm", ["hh", "g"], ["y"], transB=1),       # writes the model output: not
+        helper.make_node("Gemm", ["hh", "g"], ["y"], transB=1),       # writes the model output: float out
     ], {"w": _weight(2, 4, 8, 8), "m": _weight(2, 3), "g": _weight(5, 1)}))
-    assert [n.op for n in P.products(g)] == ["Conv", "MatMul"]
+    assert [n.op for n in P.products(g)] == ["Conv", "MatMul", "Gemm"]
 
 
 def test_tensors_follow_the_ops_the_int8_rules_run_over_integers():
@@ -100,15 +100,14 @@ def test_tensors_follow_the_ops_the_int8_rules_run_over_integers():
         "c2": "c2",               # the second conv's output (the Add reads it)
         "r2": "r2",               # the residual sum of two quantized tensors, after its ReLU
         "p": "r2",                # MaxPool moves values: its input's scale
-        "c3": "c3",               # the last conv's output; the model output y stays float
-    }
+    }                             # c3: only a float GlobalAveragePool reads it, the conv writes float
 
 
-def test_a_product_left_float_quantizes_nothing_on_its_account():
+def test_a_product_alone_reads_int8_and_writes_float_for_the_float_ops_after_it():
     g = import_onnx(residual_block())
     first = P.products(g)[0]
     scaled_by = P.tensors(g, {first})
-    assert {v.name for v in scaled_by} == {"x", "r1"}
+    assert {v.name for v in scaled_by} == {"x"}   # r1: only the second conv, left float, reads it
 
 
 # ---- the rewrite, and the rules after it ----------------------------------------------------------
@@ -139,12 +138,13 @@ def test_a_transposed_convolution_is_a_candidate_quantized_along_its_output_chan
         helper.make_node("Relu", ["c"], ["r"]),
         helper.make_node("Conv", ["r", "w2"], ["y"]),
     ], {"w": _weight(4, 6, 3, 3), "w2": _weight(2, 6, 1, 1)}))
-    [up] = P.products(g)
+    up, last = P.products(g)
     assert up.op == "ConvTranspose" and P.weight_axis(up) == 1
-    scaled_by = P.tensors(g, {up})
-    P.quantize(g, [up], {v: P.Quantization.of_range(-2.0, 2.0) for v in scaled_by})
+    scaled_by = P.tensors(g, {up, last})
+    P.quantize(g, [up, last], {v: P.Quantization.of_range(-2.0, 2.0) for v in scaled_by})
     optimize(g, 2, evaluate=evaluate_node)
-    assert g.op_histogram()["autofusion::QuantizedConvTranspose"] == 1
+    ops = g.op_histogram()
+    assert ops["autofusion::QuantizedConvTranspose"] == 1 and ops["autofusion::QuantizedConv"] == 1
 
 
 def test_a_per_channel_gate_is_quantized_through():

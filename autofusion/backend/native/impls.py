@@ -1007,7 +1007,8 @@ def _int8_problem(node: Node) -> str | None:
         return f"the weight's zero point {w_zero_point.name!r} is not 0: oneDNN's int8 kernels take none"
     if w_scale.const is None:
         return f"the weight's scale {w_scale.name!r} is not a constant"
-    return first(_computed(node, 0), dense(node, (0,), types=INTEGERS, output_types=INTEGERS),
+    out = INTEGERS if node.input(7) is not None else FLOAT   # no output scale: a float result
+    return first(_computed(node, 0), dense(node, (0,), types=INTEGERS, output_types=out),
                  _per_tensor(node, 3, 4, 7, 8), constant(node, 2, "bias"))
 
 
@@ -1016,8 +1017,10 @@ def _weight_scales(node: Node, p: PartitionSource) -> int:
 
 
 def _int8_quantization(node: Node, p: PartitionSource) -> tuple:
-    return (p.float(_scale(node.inputs[3])), _zero_point(node.input(4)), p.float(_scale(node.inputs[7])),
-            _zero_point(node.input(8)))
+    """x's scale and zero point, the output's (a scale of 0: a float result)."""
+    y_scale = node.input(7)
+    return (p.float(_scale(node.inputs[3])), _zero_point(node.input(4)),
+            p.float(0.0 if y_scale is None else _scale(y_scale)), _zero_point(node.input(8)))
 
 
 def check_quantized_binary(node: Node) -> str | None:

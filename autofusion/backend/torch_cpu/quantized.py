@@ -194,16 +194,18 @@ def _dequantized_weight(node: Node) -> torch.Tensor | None:
 
 
 def _quantized_op(node: Node, product) -> Kernel:
-    """x dequantized, product(x, w, b), the activation, the output quantized."""
+    """x dequantized, product(x, w, b), the activation, the output quantized (float without y_scale)."""
     w = _dequantized_weight(node)
     if w is None:
         raise KernelBuildError(f"{node.name}: the weight, its scale and zero point must be constants")
     act = torch_activation(node)
     out = torch_dtype(node.outputs[0].dtype, f"{node.name}: ")
 
-    def run(x, b, x_scale, x_zero_point, y_scale, y_zero_point=None):
+    def run(x, b, x_scale, x_zero_point, y_scale=None, y_zero_point=None):
         y = product(dequantize(x, x_scale.reshape(()), None if x_zero_point is None else x_zero_point.reshape(())), w, b)
         y = y if act is None else act(y)
+        if y_scale is None:   # a float result
+            return y
         return quantize(y, y_scale.reshape(()), None if y_zero_point is None else y_zero_point.reshape(()), out)
     return baked(run, 1, 5, 6)
 

@@ -64,6 +64,23 @@ def quantized_conv_clip(op, x, x_scale, w, w_scale, y_scale, b=None, x_zero_poin
     return op.QuantizeLinear(y, y_scale, y_zero_point, _name="q")
 
 
+# the same products where nothing quantizes their result: int8 in, float out
+def float_conv(act: str | None):
+    def pattern(op, x, x_scale, w, w_scale, b=None, x_zero_point=None, w_zero_point=None, low=None, high=None):
+        y = _conv(op, x, x_scale, w, w_scale, b, x_zero_point, w_zero_point)
+        return y if act is None else op.Clip(y, low, high, _name="act") if act == "Clip" else op.Relu(y, _name="act")
+    return pattern
+
+
+def float_product(op_type: str, relu: bool):
+    def pattern(op, x, x_scale, w, w_scale, b=None, x_zero_point=None, w_zero_point=None):
+        operands = (_dequantized(op, x, x_scale, x_zero_point, "dq_x"), _dequantized(op, w, w_scale, w_zero_point, "dq_w"))
+        y = (op.Gemm(*operands, b, _name="product") if op_type == "Gemm" else
+             op.MatMul(*operands, _name="product"))
+        return op.Relu(y, _name="act") if relu else y
+    return pattern
+
+
 def quantized_conv_transpose(op, x, x_scale, w, w_scale, y_scale, b=None, x_zero_point=None, w_zero_point=None,
                              y_zero_point=None):
     y = op.ConvTranspose(_dequantized(op, x, x_scale, x_zero_point, "dq_x"),
@@ -174,7 +191,7 @@ def quantization_problem(m: Match) -> str | None:
     """Why the Q/DQ nodes around the op do not describe an int8 op the fused ops take: the
     activations 8-bit, each with one constant scale and zero point; the weight a constant of
     8-bit integers with a scale per tensor or per output channel."""
-    why = _eight_bit_per_tensor(m.node("dq_x")) or _output_problem(m)
+    why = _eight_bit_per_tensor(m.node("dq_x")) or (m.has("q") and _output_problem(m)) or None
     if why or not m.has("dq_w"):
         return why
     return weight_problem(m.node("dq_w"), m.node("conv") if m.has("conv") else m.node("product"))
@@ -437,8 +454,16 @@ def folded_bias(op, m: Match) -> Value | None:
 
 
 def _quantization_inputs(m: Match) -> tuple:
-    dq_x, dq_w, q = m.node("dq_x"), m.node("dq_w"), m.node("q")
-    return (dq_x.inputs[1], dq_x.input(2), dq_w.inputs[1], dq_w.input(2), q.inputs[1], q.input(2))
+    """x's, w's and the output's scale and zero point (the output's None: a float result)."""
+    dq_x, dq_w = m.node("dq_x"), m.node("dq_w")
+    q = m.node("q") if m.has("q") else None
+    return (dq_x.inputs[1], dq_x.input(2), dq_w.inputs[1], dq_w.input(2), q and q.inputs[1], q and q.input(2))
+
+
+def applies_float(m: Match) -> bool:
+    """A result no ReLU or Clip alone reads (the pattern with the activation takes that one)."""
+    y = (m.node("act") if m.has("act") else m.node("conv") if m.has("conv") else m.node("product")).outputs[0]
+    return m.has("act") or not (len(y.uses) == 1 and y.uses[0][0].op in ("Relu", "Clip"))
 
 
 def _activation(m: Match) -> dict:
@@ -551,6 +576,16 @@ RULES = [
          "DynamicQuantizeLinear → MatMulInteger → Cast → Mul(scale·w_scale) → DynamicQuantizedMatMul: a "
          "linear layer of ONNX Runtime's dynamic quantization, its input quantized on each call",
          [dynamic_product], replace_dynamic, check_dynamic, applies_dynamic, named_after="product"),
+    Rule("QuantizedConvFloatFusionOp", 1,
+         "DequantizeLinear → Conv (+Relu/Clip) with no QuantizeLinear after → QuantizedConv writing float: int8 "
+         "products, the result as the graph has it",
+         [float_conv("Relu"), float_conv("Clip"), float_conv(None)], replace_conv, check_conv, applies_float,
+         named_after="conv"),
+    Rule("QuantizedMatMulFloatFusionOp", 1,
+         "DequantizeLinear → Gemm/MatMul (+Relu) with no QuantizeLinear after → QuantizedMatMul writing float",
+         [float_product(op_type, relu) for op_type in ("Gemm", "MatMul") for relu in (True, False)], replace_product,
+         check_product, applies_float,
+         named_after="product"),
     Rule("QuantizedAddFusionOp", 1,
          "DequantizeLinear ×2 → Add (+Relu/Clip) → QuantizeLinear → QuantizedAdd: a residual's sum in one "
          "pass over the integers",

@@ -515,3 +515,51 @@ def test_an_int8_transposed_conv_equals_the_qdq_graph(case, backend):
 def test_a_grouped_transposed_conv_with_scales_per_channel_is_a_near_miss():
     graph, report = fuse(qdq_conv_transpose_block(per_channel=True, groups=2))
     assert "a grouped weight with scales per channel" in near_miss(report, "QuantizedConvTransposeFusionOp")
+
+
+# ---- int8 products whose result the graph leaves float ----------------------------------------------
+
+def float_result(op: str, act: str | None = "Relu") -> onnx.ModelProto:
+    """x → Q → DQ → Conv/MatMul with an int8 weight (→ act) → y, nothing quantized after: the
+    result float (a TensorRT-style export quantizes inputs only; a network's last product)."""
+    q = QdqGraph()
+    xq = q.quantize("x", 0.05, 100)
+    if op == "Conv":
+        w, scales = q.weight("w", (8, 8, 3, 3), True)
+        y = q.node("Conv", [q.dequantize(xq, "op"), w, q.bias("b", 0.05, scales, 8)], "op", pads=[1, 1, 1, 1])
+        shape = (1, 8, 8, 8)
+    else:
+        w, _ = q.weight("w", (32, 16), True, axis=1)
+        y = q.node("MatMul", [q.dequantize(xq, "op"), w], "op")
+        shape = (4, 32)
+    if act:
+        y = q.node(act, [y, *([q._const("low", np.float32(0)), q._const("high", np.float32(6))] if act == "Clip" else [])],
+                   "act")
+    return q.model({"x": shape}, y)
+
+
+@pytest.mark.parametrize("op, act", [("Conv", "Relu"), ("Conv", "Clip"), ("Conv", None), ("MatMul", None),
+                                     ("MatMul", "Relu")])
+def test_a_product_nothing_quantizes_after_is_int8_with_a_float_result(op, act):
+    graph, report = fuse(float_result(op, act))
+    fused = "autofusion::QuantizedConv" if op == "Conv" else "autofusion::QuantizedMatMul"
+    assert ops(graph) == ["QuantizeLinear", fused]
+    node = graph.nodes[1]
+    assert node.outputs[0].dtype.name == "FLOAT" and node.attr("activation", "") == (act or "")
+    assert matched(report, "QuantizedConvFloatFusionOp" if op == "Conv" else "QuantizedMatMulFloatFusionOp") == 1
+
+
+@pytest.mark.parametrize("backend", ["auto", "torch"])
+@pytest.mark.parametrize("op", ["Conv", "MatMul"])
+def test_an_int8_product_with_a_float_result_equals_the_graph(op, backend):
+    """Exact integer sums, scaled: the graph's float sums of dequantized values, to float rounding."""
+    model = float_result(op)
+    reference = autofusion.compile(model, level=0, backend="torch")
+    fused = autofusion.compile(model, level=2, backend=backend)
+    for seed in range(2):
+        rng = np.random.default_rng(seed)
+        x = rng.standard_normal([d for d in (fused.graph.inputs[0].shape)]).astype(np.float32)
+        np.testing.assert_allclose(fused(x), reference(x), rtol=1e-5, atol=1e-5)
+    if native(fused):
+        [product] = [n for n in fused.graph.nodes if n.op.startswith("autofusion::Quantized")]
+        assert (fused.plan.decisions[product].impl.name == "onednn") == has_vnni()

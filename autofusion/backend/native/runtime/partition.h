@@ -207,7 +207,7 @@ struct Arena {
 struct Quantization {
   float src_scale;
   int32_t src_zero_point;
-  float dst_scale;
+  float dst_scale;          // 0: an f32 result, not quantized
   int32_t dst_zero_point;
 };
 
@@ -303,7 +303,9 @@ struct Partition::Impl {
   void finish(int dst, int written);
 
   // ---- int8 (quantized.cpp)
-  dnnl::primitive_attr int8_attr(const Acts& acts, int weight_mask, bool src_zero_point, bool dst_zero_point);
+  // dst_scale false: an f32 result (no output quantization)
+  dnnl::primitive_attr int8_attr(const Acts& acts, int weight_mask, bool src_zero_point, bool dst_zero_point,
+                                 bool dst_scale);
   void int8_args(std::vector<Arg>& args, int w_scales, const Quantization& q);
 
   // ---- the runtime's own loops (own_loops.cpp)

@@ -236,11 +236,11 @@ void Partition::lookup(int dst, int src, int table) {
 // the attributes of an int8 primitive: scales of src (per tensor), weights (per tensor, or per
 // output channel: `weight_mask`) and dst, zero points of src and dst, the activations as post-ops
 dnnl::primitive_attr Partition::Impl::int8_attr(const Acts& acts, int weight_mask, bool src_zero_point,
-                                                bool dst_zero_point) {
+                                                bool dst_zero_point, bool dst_scale) {
   dnnl::primitive_attr a = attr(acts);
   a.set_scales_mask(DNNL_ARG_SRC, 0);
   a.set_scales_mask(DNNL_ARG_WEIGHTS, weight_mask);
-  a.set_scales_mask(DNNL_ARG_DST, 0);
+  if (dst_scale) a.set_scales_mask(DNNL_ARG_DST, 0);
   if (src_zero_point) a.set_zero_points_mask(DNNL_ARG_SRC, 0);
   if (dst_zero_point) a.set_zero_points_mask(DNNL_ARG_DST, 0);
   return a;
@@ -252,7 +252,7 @@ void Partition::Impl::int8_args(std::vector<Arg>& args, int w_scales, const Quan
   const Dims count = val(w_scales).shape;
   args.push_back(owned(DNNL_ARG_ATTR_SCALES | DNNL_ARG_WEIGHTS,
                        constant_as(w_scales, memory::desc({product(count, 0, count.size())}, dt::f32, tag::a))));
-  args.push_back(owned(DNNL_ARG_ATTR_SCALES | DNNL_ARG_DST, scalar_memory(eng, q.dst_scale)));
+  if (q.dst_scale > 0) args.push_back(owned(DNNL_ARG_ATTR_SCALES | DNNL_ARG_DST, scalar_memory(eng, q.dst_scale)));
   if (q.src_zero_point) args.push_back(owned(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, scalar_memory(eng, q.src_zero_point)));
   if (q.dst_zero_point) args.push_back(owned(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, scalar_memory(eng, q.dst_zero_point)));
 }
@@ -272,7 +272,7 @@ void Partition::qconv(int dst, int src, int w, int b, const Dims& strides, const
     return dnnl::convolution_forward::primitive_desc(
         m.eng, dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src_md,
         any(wdims, dt::s8), bias_md, dst_md, strides, onednn_dilations(dilations), pad_begin, pad_end,
-        m.int8_attr(acts, weight_mask, src_zero_point != 0, dst_zero_point != 0));
+        m.int8_attr(acts, weight_mask, src_zero_point != 0, dst_zero_point != 0, dst_scale > 0));
   };
   // channels innermost, the layout oneDNN's int8 convolutions read and write fastest
   auto pd = writing(channels_last(m.val(src).shape, src_type), channels_last(m.val(dst).shape, dst_type));
@@ -301,7 +301,8 @@ void Partition::qdeconv(int dst, int src, int w, int b, const Dims& strides, con
       m.eng, dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct,
       any(m.val(src).shape, src_type), any(weight.dims, dt::s8), bias_md, any(m.val(dst).shape, dst_type), strides,
       onednn_dilations(dilations), pad_begin, pad_end,
-      m.int8_attr(acts, per_channel ? (groups > 1 ? 3 : 1) : 0, src_zero_point != 0, dst_zero_point != 0));
+      m.int8_attr(acts, per_channel ? (groups > 1 ? 3 : 1) : 0, src_zero_point != 0, dst_zero_point != 0,
+                  dst_scale > 0));
   const int x = m.ensure(m.dense(src), pd.src_desc());
   const int y = m.produce(dst, pd.dst_desc());
   std::vector<Arg> args{Impl::use(DNNL_ARG_SRC, x),
@@ -329,7 +330,8 @@ void Partition::qmatmul(int dst, int a, int w, int b, bool trans_b, const Acts& 
   const memory::desc a_md = plain({rows, k}, a_type), dst_md = plain({rows, n}, dst_type);
   const memory::desc bias_md = b >= 0 ? plain({1, n}) : memory::desc();
   dnnl::matmul::primitive_desc pd(m.eng, a_md, memory::desc({k, n}, dt::s8, tag::any), bias_md, dst_md,
-                                  m.int8_attr(acts, per_channel ? 2 : 0, a_zero_point != 0, dst_zero_point != 0));
+                                  m.int8_attr(acts, per_channel ? 2 : 0, a_zero_point != 0, dst_zero_point != 0,
+                                              dst_scale > 0));
   const int y = m.produce(dst, plain(m.val(dst).shape, dst_type));
   const memory::desc given = trans_b ? plain({n, k}).permute_axes({1, 0}) : plain({k, n});
   std::vector<Arg> args{Impl::view(DNNL_ARG_SRC, a, a_md),
