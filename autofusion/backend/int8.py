@@ -50,11 +50,13 @@ def widen(found: dict[str, tuple[float, float]], values: dict[str, np.ndarray], 
     """Widen found[name] = (low, high) by the named tensors' values of one calibration input set."""
     for name in names:
         a = np.asarray(values[name], np.float32)
-        a = a[np.isfinite(a)]
-        if not a.size:
-            continue
-        low, high = ((float(a.min()), float(a.max())) if method == "minmax"
-                     else tuple(float(p) for p in np.percentile(a, PERCENTILES)))
+        low, high = (float(a.min()), float(a.max())) if a.size and method == "minmax" else (np.nan, np.nan)
+        if not (np.isfinite(low) and np.isfinite(high)):   # percentiles, or NaN or infinities to leave out
+            a = a[np.isfinite(a)]
+            if not a.size:
+                continue
+            low, high = ((float(a.min()), float(a.max())) if method == "minmax"
+                         else tuple(float(p) for p in np.percentile(a, PERCENTILES)))
         seen = found.get(name)
         found[name] = (low, high) if seen is None else (min(seen[0], low), max(seen[1], high))
 
