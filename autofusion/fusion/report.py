@@ -205,7 +205,7 @@ class FusionReport:
             lines.append(f"  int8 guard (tolerance {q['tolerance']:.1e}, relative RMS error): "
                          f"{len(q['checked'])} convolution(s) and product(s) checked, {len(kept)} kept in float")
             lines += [f"    {c['op']} {c['node']!r}: int8 error {c['error']:.2e}" for c in kept]
-        if "checked" in p:
+        if "checked" in p and (p["checked"] or "int8" not in p):   # int8 with nothing left in float: no bf16 lines
             kept = [c for c in p["checked"] if c["kept_fp32"]]
             lines.append(f"  {reduced} convolution(s) and product(s) in bf16 with fp32 accumulation; "
                          f"the rest in fp32")
