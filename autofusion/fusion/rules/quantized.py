@@ -65,9 +65,10 @@ def quantized_conv_clip(op, x, x_scale, w, w_scale, y_scale, b=None, x_zero_poin
 
 
 # the same products where nothing quantizes their result: int8 in, float out
-def float_conv(act: str | None):
+def float_conv(act: str | None, op_type: str = "Conv"):
     def pattern(op, x, x_scale, w, w_scale, b=None, x_zero_point=None, w_zero_point=None, low=None, high=None):
-        y = _conv(op, x, x_scale, w, w_scale, b, x_zero_point, w_zero_point)
+        y = getattr(op, op_type)(_dequantized(op, x, x_scale, x_zero_point, "dq_x"),
+                                 _dequantized(op, w, w_scale, w_zero_point, "dq_w"), b, _name="conv")
         return y if act is None else op.Clip(y, low, high, _name="act") if act == "Clip" else op.Relu(y, _name="act")
     return pattern
 
@@ -482,6 +483,14 @@ def replace_conv_transpose(op, m: Match) -> Value:
                                      **_activation(m))
 
 
+def check_float_conv(m: Match) -> str | None:
+    return (check_conv_transpose if m.node("conv").op_type == "ConvTranspose" else check_conv)(m)
+
+
+def replace_float_conv(op, m: Match) -> Value:
+    return (replace_conv_transpose if m.node("conv").op_type == "ConvTranspose" else replace_conv)(op, m)
+
+
 def replace_product(op, m: Match) -> Value:
     product = m.node("product")
     trans_b = int(product.op_type == "Gemm" and product.attr("transB", 0))
@@ -577,10 +586,10 @@ RULES = [
          "linear layer of ONNX Runtime's dynamic quantization, its input quantized on each call",
          [dynamic_product], replace_dynamic, check_dynamic, applies_dynamic, named_after="product"),
     Rule("QuantizedConvFloatFusionOp", 1,
-         "DequantizeLinear → Conv (+Relu/Clip) with no QuantizeLinear after → QuantizedConv writing float: int8 "
-         "products, the result as the graph has it",
-         [float_conv("Relu"), float_conv("Clip"), float_conv(None)], replace_conv, check_conv, applies_float,
-         named_after="conv"),
+         "DequantizeLinear → Conv/ConvTranspose (+Relu/Clip) with no QuantizeLinear after → QuantizedConv/"
+         "QuantizedConvTranspose writing float: int8 products, the result as the graph has it",
+         [float_conv(act) for act in ("Relu", "Clip", None)] + [float_conv(act, "ConvTranspose") for act in ("Relu", None)],
+         replace_float_conv, check_float_conv, applies_float, named_after="conv"),
     Rule("QuantizedMatMulFloatFusionOp", 1,
          "DequantizeLinear → Gemm/MatMul (+Relu) with no QuantizeLinear after → QuantizedMatMul writing float",
          [float_product(op_type, relu) for op_type in ("Gemm", "MatMul") for relu in (True, False)], replace_product,

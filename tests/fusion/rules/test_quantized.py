@@ -528,6 +528,11 @@ def float_result(op: str, act: str | None = "Relu") -> onnx.ModelProto:
         w, scales = q.weight("w", (8, 8, 3, 3), True)
         y = q.node("Conv", [q.dequantize(xq, "op"), w, q.bias("b", 0.05, scales, 8)], "op", pads=[1, 1, 1, 1])
         shape = (1, 8, 8, 8)
+    elif op == "ConvTranspose":
+        w, scales = q.weight("w", (8, 4, 3, 3), True, axis=1)
+        y = q.node("ConvTranspose", [q.dequantize(xq, "op"), w, q.bias("b", 0.05, scales, 4)], "op", strides=[2, 2],
+                   pads=[1, 1, 1, 1], output_padding=[1, 1])
+        shape = (1, 8, 6, 6)
     else:
         w, _ = q.weight("w", (32, 16), True, axis=1)
         y = q.node("MatMul", [q.dequantize(xq, "op"), w], "op")
@@ -539,18 +544,18 @@ def float_result(op: str, act: str | None = "Relu") -> onnx.ModelProto:
 
 
 @pytest.mark.parametrize("op, act", [("Conv", "Relu"), ("Conv", "Clip"), ("Conv", None), ("MatMul", None),
-                                     ("MatMul", "Relu")])
+                                     ("MatMul", "Relu"), ("ConvTranspose", "Relu"), ("ConvTranspose", None)])
 def test_a_product_nothing_quantizes_after_is_int8_with_a_float_result(op, act):
     graph, report = fuse(float_result(op, act))
-    fused = "autofusion::QuantizedConv" if op == "Conv" else "autofusion::QuantizedMatMul"
+    fused = f"autofusion::Quantized{'MatMul' if op == 'MatMul' else op}"
     assert ops(graph) == ["QuantizeLinear", fused]
     node = graph.nodes[1]
     assert node.outputs[0].dtype.name == "FLOAT" and node.attr("activation", "") == (act or "")
-    assert matched(report, "QuantizedConvFloatFusionOp" if op == "Conv" else "QuantizedMatMulFloatFusionOp") == 1
+    assert matched(report, "QuantizedMatMulFloatFusionOp" if op == "MatMul" else "QuantizedConvFloatFusionOp") == 1
 
 
 @pytest.mark.parametrize("backend", ["auto", "torch"])
-@pytest.mark.parametrize("op", ["Conv", "MatMul"])
+@pytest.mark.parametrize("op", ["Conv", "MatMul", "ConvTranspose"])
 def test_an_int8_product_with_a_float_result_equals_the_graph(op, backend):
     """Exact integer sums, scaled: the graph's float sums of dequantized values, to float rounding."""
     model = float_result(op)
