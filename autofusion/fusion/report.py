@@ -201,7 +201,9 @@ class FusionReport:
             lines.append(f"  {int8} node(s) in int8, {q['tensors']} activation(s) quantized to uint8 "
                          f"({q['method']} ranges over {q['sets']} {q['calibration']} calibration input set(s))"
                          + (f"; {q['folded']} BatchNormalization(s) folded into their convolutions first"
-                            if q.get("folded") else ""))
+                            if q.get("folded") else "")
+                         + ("; random inputs calibrate random ranges: give real ones (calibration=, --calibrate)"
+                            if q["calibration"] == "random" else ""))
             lines.append(f"  int8 guard (tolerance {q['tolerance']:.1e}, relative RMS error): "
                          f"{len(q['checked'])} convolution(s) and product(s) checked, {len(kept)} kept in float")
             lines += [f"    {c['op']} {c['node']!r}: int8 error {c['error']:.2e}" for c in kept]

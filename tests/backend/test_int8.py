@@ -44,6 +44,13 @@ def test_resolve_says_what_int8_computes_here(monkeypatch, vnni, bf16, compute, 
     assert note in got.note and (not note) == (not got.note)
 
 
+@runs_int8
+def test_random_calibration_says_to_give_real_inputs():
+    model, feeds = ARCHITECTURES["mobilenet_block"]()
+    assert "give real ones" in autofusion.compile(model, precision="int8").report.text()
+    assert "give real ones" not in autofusion.compile(model, precision="int8", calibration=feeds).report.text()
+
+
 def test_int8_on_the_torch_backend_runs_fp32_and_says_so():
     model, feeds = ARCHITECTURES["mobilenet_block"]()
     m = autofusion.compile(model, precision="int8", backend="torch")
