@@ -81,6 +81,13 @@ void combined_per_channel(const A* a, const B* b, Y* y, int64_t images, int64_t 
 
 bool eight_bit(dt t) { return t == dt::u8 || t == dt::s8; }
 
+// a convolution's weight scales as oneDNN masks them: one (0), or per output channel, of each group
+// where grouped (the weight [g, O/g, …]: axes 0 and 1)
+int conv_weight_mask(const Val& w_scales, int64_t groups) {
+  if (product(w_scales.shape, 0, w_scales.shape.size()) == 1) return 0;
+  return groups > 1 ? 3 : 1;
+}
+
 // f(T{}) with T the C++ type of the 8-bit type t
 template <class F>
 void with_type(dt t, F f) {
@@ -263,8 +270,7 @@ void Partition::qconv(int dst, int src, int w, int b, const Dims& strides, const
   Impl& m = *impl_;
   const Quantization q{src_scale, src_zero_point, dst_scale, dst_zero_point};
   const Dims wdims = grouped_weight(m.val(w).shape, groups);
-  const bool per_channel = product(m.val(w_scales).shape, 0, m.val(w_scales).shape.size()) > 1;
-  const int weight_mask = per_channel ? (groups > 1 ? 3 : 1) : 0;
+  const int weight_mask = conv_weight_mask(m.val(w_scales), groups);
   const memory::desc bias_md = b >= 0 ? plain(m.val(b).shape) : memory::desc();
   const dt src_type = m.md_of(src).get_data_type(), dst_type = m.val(dst).type;
   if (!eight_bit(src_type)) m.fail("an int8 convolution reads u8 or s8");
@@ -293,7 +299,6 @@ void Partition::qdeconv(int dst, int src, int w, int b, const Dims& strides, con
   Impl& m = *impl_;
   const Quantization q{src_scale, src_zero_point, dst_scale, dst_zero_point};
   const DeconvWeight weight = deconv_weight(m.val(w).shape, groups);
-  const bool per_channel = product(m.val(w_scales).shape, 0, m.val(w_scales).shape.size()) > 1;
   const memory::desc bias_md = b >= 0 ? plain(m.val(b).shape) : memory::desc();
   const dt src_type = m.md_of(src).get_data_type(), dst_type = m.val(dst).type;
   if (!eight_bit(src_type)) m.fail("an int8 transposed convolution reads u8 or s8");
@@ -301,7 +306,7 @@ void Partition::qdeconv(int dst, int src, int w, int b, const Dims& strides, con
       m.eng, dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct,
       any(m.val(src).shape, src_type), any(weight.dims, dt::s8), bias_md, any(m.val(dst).shape, dst_type), strides,
       onednn_dilations(dilations), pad_begin, pad_end,
-      m.int8_attr(acts, per_channel ? (groups > 1 ? 3 : 1) : 0, src_zero_point != 0, dst_zero_point != 0,
+      m.int8_attr(acts, conv_weight_mask(m.val(w_scales), groups), src_zero_point != 0, dst_zero_point != 0,
                   dst_scale > 0));
   const int x = m.ensure(m.dense(src), pd.src_desc());
   const int y = m.produce(dst, pd.dst_desc());
