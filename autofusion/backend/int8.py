@@ -138,8 +138,9 @@ def quantize_int8(graph: Graph, sets: list[dict[str, np.ndarray]], calibration: 
     names = {v.name for v in scaled_by.values()}
     found: dict[str, tuple[float, float]] = {}
     first: dict[str, np.ndarray] = {}
+    held: dict[str, np.ndarray] = {}
     for feeds in sets:
-        values = {v.name: a for v, a in propagate(specialised_to(graph, feeds), feeds).items()}
+        values = {v.name: a for v, a in propagate(specialised_to(graph, feeds), feeds, held).items()}
         widen(found, values, names, method)
         first = first or values
     quantizations = {name: Quantization.of_range(*found.get(name, (0.0, 0.0))) for name in names}
