@@ -157,12 +157,15 @@ class CompiledModel:
         return [bound[n] for n in names]
 
     def _execute(self, arrays: list[Array]) -> tuple[list[Array], bool]:
-        sizes = self._plain_sizes(arrays)
+        numpy_in = bool(arrays) and all(type(a) is np.ndarray and a.flags.c_contiguous and a.flags.writeable
+                                        for a in arrays)
+        plain = [torch.from_numpy(a) for a in arrays] if numpy_in else arrays   # shared, not copied
+        sizes = self._plain_sizes(plain)
         if sizes is not None:
-            outs = self._one_call(arrays, sizes)
+            outs = self._one_call(plain, sizes)   # numpy too: on the streams, no pool on the caller's thread
             if outs is not None:
-                return list(outs), False
-            tensors, as_numpy, program = arrays, False, self.program
+                return ([to_numpy(o) for o in outs], True) if numpy_in else (list(outs), False)
+            tensors, as_numpy, program = plain, numpy_in, self.program
         else:
             as_numpy = not any(isinstance(a, torch.Tensor) for x in arrays
                                for a in (x if isinstance(x, (list, tuple)) else [x]))
@@ -225,12 +228,12 @@ class CompiledModel:
         context = whole.take(threads)
         try:
             key = tuple(sizes[s] for s in whole.symbols) if whole.symbols else ()
-            try:
-                built = _built_for(whole, key, context, threads)
+            streams = self._streams.get(threads) or self._start_streams(whole.library, threads)
+            try:   # built on the streams too: no OpenMP pool left on the caller's thread
+                built = whole.for_sizes(key, context, streams, threads)
             except SizesOutOfReach:
                 return None   # the general path runs it on PyTorch's kernels
-            return built.run_checked(tensors, bool(program.plan.nan_clamping), threads=threads,
-                                     streams=self._streams.get(threads) or self._start_streams(whole.library, threads))
+            return built.run_checked(tensors, bool(program.plan.nan_clamping), threads=threads, streams=streams)
         finally:
             whole.give_back(context, threads)
             self._queued.give_back()
@@ -259,19 +262,6 @@ class CompiledModel:
                 if want != got and (type(want) is not str or sizes.setdefault(want, got) != got):
                     return None
         return sizes
-
-
-def _built_for(part, key: tuple, context: int, threads: int):
-    """The partition built for these sizes in this context, its primitives made for `threads`:
-    oneDNN splits a primitive's work for the count current when it makes it."""
-    own = torch.get_num_threads()
-    if threads == own:
-        return part.for_sizes(key, context)
-    torch.set_num_threads(threads)
-    try:
-        return part.for_sizes(key, context)
-    finally:
-        torch.set_num_threads(own)
 
 
 def check_input(v: Value, a: Array) -> torch.Tensor | list[torch.Tensor]:

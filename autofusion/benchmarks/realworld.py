@@ -5,6 +5,10 @@ exporter — each at one or more sizes:
     correct   autofusion at levels 0 and 2 against ONNX Runtime (max|Δ| / max|ref| over the outputs)
     speed     autofusion L2, ORT (all optimisations) and OpenVINO f32 side by side, alternating in
               blocks of runs over rounds (measure.py); L2 against the faster peer, round by round
+    work      the model's GFLOP at that size (convolutions, products, attention: fusion/cost.py),
+              L2's GFLOP/s, and the share of L2's run inside native steps (oneDNN primitives, the
+              runtime's loops, generated kernels) against everything else (PyTorch nodes, the
+              partitions' boundaries, Python), from a short profile (profiling.py)
     native    the nodes of L2's plan that run on PyTorch, counted by op and reason
 
     python -m autofusion.benchmarks.realworld --list
@@ -27,7 +31,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..backend.model import specialised_to
+from ..frontend import import_onnx
+from ..fusion.cost import flops
 from ..measure import time_in_blocks
+from ..profiling import profile
 from . import timing
 from .corpus import CORPUS, Entry
 from .models import ModelUnavailable
@@ -56,6 +64,17 @@ def not_native(model) -> dict[str, int]:
                       decision.refused[0][1] if decision.refused else "no native implementation")
         counts[f"{part.nodes[0].op}: {reason}"] += 1
     return dict(counts.most_common())
+
+
+def gflop(graph, feeds: dict) -> float:
+    """The graph's multiply-adds ×2 at these inputs' sizes (fusion/cost.py's count), in GFLOP."""
+    return sum(flops(n) for n in specialised_to(graph, feeds).nodes) / 1e9
+
+
+def native_share(model, feeds: dict) -> float:
+    """The share of a profiled run inside the native partitions' steps."""
+    found = profile(model, feeds, runs=10, block=5, warmup=2)
+    return sum(n.seconds for n in found.nodes if n.where.startswith("native")) / found.profiled
 
 
 def run_entry(entry: Entry, out: Path, args) -> list[dict]:
@@ -93,10 +112,14 @@ def run_entry(entry: Entry, out: Path, args) -> list[dict]:
             if label == "autofusion L2":
                 row["not_native"] = not_native(system.model)
                 row["plan"] = system.model.plan.summary()
+                row["gflop"] = round(gflop(import_onnx(path), feeds), 3)
+                row["in_native_steps"] = round(native_share(system.model, feeds), 3)
         times = time_in_blocks(ready, rounds=args.rounds, block=args.block, warmup=args.warmup, pause_s=0.2,
                                describe_error=short_error)
         rounds = {k: timing.round_medians(v, args.block) for k, v in times.samples.items() if v}
         row["median_ms"] = {k: float(np.median(v)) for k, v in rounds.items()}
+        if "gflop" in row and "autofusion L2" in row["median_ms"]:
+            row["l2_gflop_per_s"] = round(row["gflop"] / (row["median_ms"]["autofusion L2"] / 1e3), 1)
         vs = timing.against_faster(rounds, "autofusion L2", ("ORT (all)", "OpenVINO f32"))
         if vs is not None:
             row["vs_best_peer"] = vs
@@ -125,11 +148,11 @@ def in_child(name: str, args) -> list[dict]:
 
 def table(rows: list[dict]) -> str:
     lines = ["| model | size | L0 / L2 / OpenVINO vs ORT (max rel. diff) | autofusion L2 ms | ORT (all) ms | OpenVINO f32 ms "
-             "| L2 vs best peer | on PyTorch in L2 (op: reason, count) |",
-             "|---|---|---|---:|---:|---:|---:|---|"]
+             "| L2 vs best peer | GFLOP | L2 GFLOP/s | L2 in native steps | on PyTorch in L2 (op: reason, count) |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         if "skipped" in r:
-            lines.append(f"| {r['model']} | — | skipped: {r['skipped']} | | | | | |")
+            lines.append(f"| {r['model']} | — | skipped: {r['skipped']} | | | | | | | | |")
             continue
         d, m = r["max_rel_diff"], r.get("median_ms", {})
         diff = " / ".join(f"{d[k]:.1e}" if k in d else "—" for k in ("autofusion L0", "autofusion L2", "OpenVINO f32"))
@@ -138,8 +161,10 @@ def table(rows: list[dict]) -> str:
         if len(r.get("not_native", {})) > 3:
             torch_nodes += f"; +{len(r['not_native']) - 3} more"
         vs = f"{r['vs_best_peer']:.2f}x" if "vs_best_peer" in r else "—"
+        share = f"{r['in_native_steps']:.0%}" if "in_native_steps" in r else "—"
         lines.append(f"| {r['model']} | {r['size']} | {diff} | {cell('autofusion L2')} | {cell('ORT (all)')} | "
-                     f"{cell('OpenVINO f32')} | {vs} | {torch_nodes.replace('|', '/')} |")
+                     f"{cell('OpenVINO f32')} | {vs} | {r.get('gflop', '—')} | {r.get('l2_gflop_per_s', '—')} | {share} | "
+                     f"{torch_nodes.replace('|', '/')} |")
     errors = [f"- {r['model']} {r.get('size', '')}: {k}: {v}" for r in rows for k, v in r.get("errors", {}).items()]
     return "\n".join(lines + (["", "Errors:", *errors] if errors else []))
 

@@ -61,6 +61,9 @@ class NativeLibrary:
         lib.af_streams.restype = _c
         lib.af_streams.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int)]
         lib.af_streams_free.restype, lib.af_streams_free.argtypes = None, [_c]
+        lib.af_build_on.restype = _c
+        lib.af_build_on.argtypes = [_c, ctypes.c_int, _c, ctypes.c_int64, ctypes.POINTER(ctypes.c_char_p), _c, _c, _c,
+                                    _c]
         lib.af_run_on.restype = ctypes.c_int
         lib.af_run_on.argtypes = [_c, ctypes.c_int, _c, ctypes.POINTER(_c), ctypes.POINTER(_c), ctypes.c_int]
         self.path = path
@@ -215,10 +218,11 @@ class NativePartition:
                 raise RuntimeError(f"{_partition(self.node_list)}: no input gives the size {s!r}")
         return tuple(out)
 
-    def for_sizes(self, key: tuple[int, ...], context: int) -> "BuiltPartition":
+    def for_sizes(self, key: tuple[int, ...], context: int, streams: Streams | None = None,
+                  threads: int = 0) -> "BuiltPartition":
         """The partition built for these values of self.symbols, in this execution context (which
-        the caller holds): made on first use (no compiler runs), the most recent `cache` sets of
-        sizes kept."""
+        the caller holds): made on first use (no compiler runs; on one of `streams` where given,
+        for teams of `threads`), the most recent `cache` sets of sizes kept."""
         with self._building:
             builds = self.built.get(key)
             if builds is None:
@@ -232,7 +236,7 @@ class NativePartition:
                 self.built.move_to_end(key)
             built = builds.get(context)
         if built is None:   # outside the lock: a build in another context may run meanwhile
-            built = builds[context] = BuiltPartition(self, key, self.arenas[context])
+            built = builds[context] = BuiltPartition(self, key, self.arenas[context], streams, threads)
         self.last = built
         if key != self._last_key:   # a build in another context of the same sizes says nothing new
             self._last_key, self.last_sizes = key, dict(zip(self.symbols, key))
@@ -268,14 +272,18 @@ class BuiltPartition:
     callable with its input tensors by the caller that holds the context; returns its output
     tensors."""
 
-    def __init__(self, partition: NativePartition, sizes: tuple[int, ...], arena: int | None = None):
+    def __init__(self, partition: NativePartition, sizes: tuple[int, ...], arena: int | None = None,
+                 streams: Streams | None = None, threads: int = 0):
+        """streams: built on one of them, for teams of `threads` (its OpenMP work on the stream's
+        pool, not the caller's: runner.cpp af_build_on); else on the calling thread."""
         library, program, nodes = partition.library, partition.program, partition.node_list
         self.library, self.nodes = library, partition.nodes_by_name
         lib = library.lib
         words = partition.encoded.words_for(sizes)
         self._constants = program.constants   # read where they are: they live as long as the build
-        handle = lib.af_build(words.ctypes.data, len(words), partition.strings, partition.constant_pointers,
-                              partition.shared, arena, partition.table.pointers if partition.table is not None else None)
+        args = (words.ctypes.data, len(words), partition.strings, partition.constant_pointers, partition.shared, arena,
+                partition.table.pointers if partition.table is not None else None)
+        handle = lib.af_build(*args) if streams is None else lib.af_build_on(streams.handle, threads, *args)
         if not handle:
             node, message = self._node_of(library.error())
             raise KernelBuildError(f"{node.describe() if node else _partition(nodes)}: {message}")

@@ -228,6 +228,9 @@ Streams* af_streams(int n, int threads, const int* cpus);
 void af_streams_free(Streams* s);
 int af_run_on(Streams* s, int threads, Partition* p, void* const* inputs, void* const* outputs,
               int check_finite);
+// af_build on the first free stream, for teams of `threads` (its OpenMP work on the stream's pool)
+Partition* af_build_on(Streams* s, int threads, const int64_t* words, int64_t n_words, const char* const* strings,
+                       const void* const* constants, Shared* shared, Arena* context, const KernelFn* kernels);
 void af_free(Partition* p);
 const char* af_error();
 size_t af_arena_bytes(Partition* p);
