@@ -157,15 +157,12 @@ class CompiledModel:
         return [bound[n] for n in names]
 
     def _execute(self, arrays: list[Array]) -> tuple[list[Array], bool]:
-        numpy_in = bool(arrays) and all(type(a) is np.ndarray and a.flags.c_contiguous and a.flags.writeable
-                                        for a in arrays)
-        plain = [torch.from_numpy(a) for a in arrays] if numpy_in else arrays   # shared, not copied
-        sizes = self._plain_sizes(plain)
+        sizes = self._plain_sizes(arrays)
         if sizes is not None:
-            outs = self._one_call(plain, sizes)   # numpy too: on the streams, no pool on the caller's thread
+            outs = self._one_call(arrays, sizes)
             if outs is not None:
-                return ([to_numpy(o) for o in outs], True) if numpy_in else (list(outs), False)
-            tensors, as_numpy, program = plain, numpy_in, self.program
+                return list(outs), False
+            tensors, as_numpy, program = arrays, False, self.program
         else:
             as_numpy = not any(isinstance(a, torch.Tensor) for x in arrays
                                for a in (x if isinstance(x, (list, tuple)) else [x]))
