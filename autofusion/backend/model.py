@@ -225,15 +225,30 @@ class CompiledModel:
         context = whole.take(threads)
         try:
             key = tuple(sizes[s] for s in whole.symbols) if whole.symbols else ()
-            streams = self._streams.get(threads) or self._start_streams(whole.library, threads)
-            try:   # built on the streams too: no OpenMP pool left on the caller's thread
-                built = whole.for_sizes(key, context, streams, threads)
+            check = bool(program.plan.nan_clamping)
+            try:
+                if not self._on_streams():
+                    return _on_caller(whole, key, context, threads, tensors, check)
+                streams = self._streams.get(threads) or self._start_streams(whole.library, threads)
+                built = whole.for_sizes(key, context, streams, threads)   # built there: no pool left here
+                return built.run_checked(tensors, check, threads=threads, streams=streams)
             except SizesOutOfReach:
                 return None   # the general path runs it on PyTorch's kernels
-            return built.run_checked(tensors, bool(program.plan.nan_clamping), threads=threads, streams=streams)
         finally:
             whole.give_back(context, threads)
             self._queued.give_back()
+
+    def _on_streams(self) -> bool:
+        """Whether a call runs on the streams: always with several (throughput mode); in latency
+        mode, unless it comes from the main thread. Why: libgomp keeps an OpenMP pool for each
+        thread that ran a parallel region and, once their threads outnumber the CPUs, has every
+        team sleep between regions. Calls from several threads each make a pool, which the
+        streams avoid (a server's worker threads); but the main thread of a script, a notebook,
+        a benchmark or a torch.compile'd program runs torch's own parallel work too, and there
+        the streams' pool is the second one (MobileNetV3-L 5.0 ms against 1.6 once a torch
+        product ran on the main thread; a CRNN's LSTM 12.4 against 1.7): its calls share the
+        main thread's pool instead."""
+        return self.streams > 1 or threading.current_thread() is not threading.main_thread()
 
     def _start_streams(self, library, threads: int) -> Streams:
         """The model's streams for teams of `threads`, taken on the first call with that count: a
@@ -259,6 +274,26 @@ class CompiledModel:
                 if want != got and (type(want) is not str or sizes.setdefault(want, got) != got):
                     return None
         return sizes
+
+
+def _on_caller(part, key: tuple, context: int, threads: int, tensors: list[torch.Tensor], check: bool):
+    """The call on the calling thread: the partition built for these sizes (its primitives made
+    for `threads`: oneDNN splits a primitive's work for the count current when it makes it), run
+    with the workers pinned and the caller held on the CPU they leave (affinity.py)."""
+    own = torch.get_num_threads()
+    if threads != own:
+        torch.set_num_threads(threads)
+    try:
+        built = part.for_sizes(key, context)
+        own_cpus = affinity.hold_caller(affinity.pin_workers(part.library, threads))
+        try:
+            return built.run_checked(tensors, check)
+        finally:
+            if own_cpus is not None:
+                os.sched_setaffinity(0, own_cpus)
+    finally:
+        if threads != own:
+            torch.set_num_threads(own)
 
 
 def check_input(v: Value, a: Array) -> torch.Tensor | list[torch.Tensor]:

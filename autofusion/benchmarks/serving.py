@@ -77,15 +77,18 @@ def make_calls(system: str, path: str, name: str, precision: str, clients: int, 
 
 
 def serve(calls, seconds: float) -> dict:
-    """Each call on a thread of its own, as fast as it goes, for `seconds`."""
-    for call in calls:   # warm-up, each client's input once and a few more
-        for _ in range(3):
-            call()
+    """Each call on a thread of its own, as fast as it goes, for `seconds`, after each client's
+    warm-up (on its own thread, as a server's workers warm up: a warm-up on the main thread
+    would give it an OpenMP pool beside the model's streams, docs/runtime.md)."""
     latencies: list[list[float]] = [[] for _ in calls]
-    start = time.perf_counter()
-    stop = start + seconds
+    warm = threading.Barrier(len(calls) + 1)
+    start = stop = 0.0
 
     def client(k: int) -> None:
+        for _ in range(3):
+            calls[k]()
+        warm.wait()   # every client warm, then the clock starts
+        warm.wait()
         own = latencies[k]
         while (t := time.perf_counter()) < stop:
             calls[k]()
@@ -94,6 +97,10 @@ def serve(calls, seconds: float) -> dict:
     threads = [threading.Thread(target=client, args=(k,)) for k in range(len(calls))]
     for t in threads:
         t.start()
+    warm.wait()
+    start = time.perf_counter()
+    stop = start + seconds
+    warm.wait()
     for t in threads:
         t.join()
     elapsed = time.perf_counter() - start
