@@ -37,6 +37,16 @@ def model() -> autofusion.CompiledModel:
     return autofusion.compile(g, level=2, backend="native", threads=2)
 
 
+def on_worker(fn):
+    """fn() on a thread other than the main one (where a latency-mode call runs on the model's
+    stream: model._on_streams); what it returns."""
+    out = []
+    worker = threading.Thread(target=lambda: out.append(fn()))
+    worker.start()
+    worker.join()
+    return out[0]
+
+
 def worker_affinities() -> list[set[int]]:
     """The CPU sets of this process's threads other than the caller's."""
     tids = [int(t) for t in os.listdir("/proc/self/task") if int(t) != os.getpid()]
@@ -55,7 +65,7 @@ def test_a_models_call_pins_its_worker_and_a_user_binding_or_the_switch_prevents
             for name, value in env.items():
                 monkeypatch.setenv(name, value)
             m = model()
-            m(torch.ones(64, 4096))
+            on_worker(lambda: m(torch.ones(64, 4096)))
             want = None if env else affinity.worker_cpus(2, os.sched_getaffinity(0))
             assert m._streams[2].cpus == want   # the stream's team, which ran the call
         [_, worker] = want
@@ -93,6 +103,10 @@ def test_the_caller_is_held_on_the_cpu_no_worker_has_and_given_back_its_own():
 
 def products_model(n: int = 512, depth: int = 8) -> autofusion.CompiledModel:
     """One native partition of `depth` n×n products: a call long enough to watch."""
+    return autofusion.compile(products_model_graph(n, depth), level=2, backend="native", threads=2)
+
+
+def products_model_graph(n: int = 512, depth: int = 8) -> Graph:
     g = Graph("products", {"": 21})
     b = GraphBuilder(g)
     y = g.add_input("x", (n, n), DType.FLOAT)
@@ -100,7 +114,7 @@ def products_model(n: int = 512, depth: int = 8) -> autofusion.CompiledModel:
         y = b.MatMul(y, b.constant(np.eye(n, dtype=np.float32) * 0.5, f"w{k}"))
     g.outputs = [y]
     y.shape, y.dtype = (n, n), DType.FLOAT
-    return autofusion.compile(g, level=2, backend="native", threads=2)
+    return g
 
 
 @pytest.mark.skipif(unavailable() is not None, reason=f"no native code: {unavailable()}")
@@ -113,7 +127,7 @@ def test_a_one_call_model_runs_on_its_stream_held_on_the_cpu_no_worker_has():
     assert m.program.whole is not None
     x = torch.ones(512, 512)
     before = set(os.listdir("/proc/self/task"))
-    m(x)
+    on_worker(lambda: m(x))   # a call from a thread other than the main one runs on the stream
     want = m._streams[2].cpus
     if want is None:
         pytest.skip("the workers could not be pinned here")
@@ -122,16 +136,43 @@ def test_a_one_call_model_runs_on_its_stream_held_on_the_cpu_no_worker_has():
 
     def watch():
         while not done.is_set():
-            seen.update(frozenset(os.sched_getaffinity(int(t))) for t in started)
+            for t in started:
+                try:
+                    seen.add(frozenset(os.sched_getaffinity(int(t))))
+                except ProcessLookupError:   # a thread that has ended since (on_worker's)
+                    pass
+
+    def calls():
+        caller_own = os.sched_getaffinity(0)
+        for _ in range(20):
+            m(x)
+        return caller_own, os.sched_getaffinity(0)
 
     watcher = threading.Thread(target=watch)
     watcher.start()
     try:
-        for _ in range(20):
-            m(x)
+        before_calls, after_calls = on_worker(calls)
     finally:
         done.set()
         watcher.join()
     assert frozenset({want[0]}) in seen and frozenset({want[1]}) in seen
-    assert os.sched_getaffinity(0) == own
+    assert before_calls == after_calls and os.sched_getaffinity(0) == own   # callers' sets never change
     np.testing.assert_allclose(m(x).numpy(), np.full((512, 512), 0.5 ** 8), rtol=1e-6)
+
+
+@pytest.mark.skipif(unavailable() is not None, reason=f"no native code: {unavailable()}")
+def test_a_latency_mode_call_from_the_main_thread_runs_there():
+    """The main thread's own PyTorch work gives it an OpenMP pool anyway: its calls share that
+    pool rather than make the streams' a second one (model._on_streams); from another thread,
+    the stream; both give the same answer, and the main thread's CPU set is given back."""
+    assert threading.current_thread() is threading.main_thread()
+    m = products_model()
+    x = torch.ones(512, 512)
+    own = os.sched_getaffinity(0)
+    y = m(x)
+    assert m._streams == {} and os.sched_getaffinity(0) == own
+    np.testing.assert_array_equal(on_worker(lambda: m(x)).numpy(), y.numpy())
+    assert m._streams   # the worker's call started the stream
+    streamed = autofusion.compile(products_model_graph(), level=2, backend="native", threads=2, streams=2)
+    streamed(x)
+    assert streamed._streams   # throughput mode: every call on the streams
