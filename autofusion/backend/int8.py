@@ -100,10 +100,6 @@ class Int8Report:
     tensors: int = 0                    # activations quantized
     folded: int = 0                     # BatchNormalizations folded into their convolutions first
 
-    @property
-    def int8(self) -> list[str]:
-        return [c.node for c in self.checked if not c.kept_float]
-
 
 def guard(products: list[Node], scaled_by: dict[Value, Value], quantizations: dict[str, Quantization],
           values: dict[str, np.ndarray], tolerance: float) -> list[Int8Check]:

@@ -3,6 +3,7 @@ the caller's array type — over the plan's Program (torch kernels and native pa
 the compile's steps made (pipeline.py)."""
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import warnings
@@ -178,17 +179,14 @@ class CompiledModel:
         self._turns.take()
         try:
             self._use_threads()
-            own_cpus = None if program.runtime is None else affinity.hold_caller(
-                affinity.pin_workers(program.runtime, torch.get_num_threads()))
-            try:
+            held = (contextlib.nullcontext() if program.runtime is None else
+                    affinity.caller_held(program.runtime, torch.get_num_threads()))
+            with held:
                 try:
                     outs = self._run(program, tensors, sizes)
                 except SizesOutOfReach:   # a size only the run knows (a count NonZero made) is 0
                     program = self._exact(program)
                     outs = self._run(program, tensors, sizes)
-            finally:
-                if own_cpus is not None:
-                    os.sched_setaffinity(0, own_cpus)
         finally:
             self._turns.give_back()
         # an output sharing memory with a caller's input or a constant (Identity, a reshape or
@@ -285,12 +283,8 @@ def _on_caller(part, key: tuple, context: int, threads: int, tensors: list[torch
         torch.set_num_threads(threads)
     try:
         built = part.for_sizes(key, context)
-        own_cpus = affinity.hold_caller(affinity.pin_workers(part.library, threads))
-        try:
+        with affinity.caller_held(part.library, threads):
             return built.run_checked(tensors, check)
-        finally:
-            if own_cpus is not None:
-                os.sched_setaffinity(0, own_cpus)
     finally:
         if threads != own:
             torch.set_num_threads(own)

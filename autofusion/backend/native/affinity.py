@@ -18,9 +18,10 @@ torch's operators share the pool (one libgomp), and gain too.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 USER_BINDING = ("OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY")
 _pinned: dict[tuple[int, int], list[int] | None] = {}   # (caller, count) -> its team's CPUs
@@ -89,6 +90,18 @@ def pin_workers(library, threads: int) -> list[int] | None:
             cpus = None   # the runtime could not pin them all (a cgroup's rules, say)
     _pinned[key] = cpus
     return cpus
+
+
+@contextlib.contextmanager
+def caller_held(library, threads: int) -> Iterator[None]:
+    """For the calls made inside: the calling thread's team of `threads` pinned (pin_workers)
+    and the caller held on the CPU its workers leave (hold_caller); its own CPUs given back after."""
+    own = hold_caller(pin_workers(library, threads))
+    try:
+        yield
+    finally:
+        if own is not None:
+            os.sched_setaffinity(0, own)
 
 
 def hold_caller(cpus: list[int] | None) -> set[int] | None:

@@ -994,11 +994,9 @@ def emit_dequantize(node: Node, p: PartitionSource) -> None:
            _zero_point(node.input(2)))
 
 
-def _int8_problem(node: Node) -> str | None:
-    """What every int8 product asks: integer operands, activations quantized per tensor, a
-    constant weight of int8 with zero points of 0 (oneDNN's int8 kernels take none for weights)
-    and its scales constant; a constant float bias."""
-    w, w_zero_point, w_scale = node.inputs[1], node.input(6), node.inputs[5]
+def _int8_weight_problem(w: Value, w_scale: Value, w_zero_point: Value | None) -> str | None:
+    """What oneDNN's int8 products ask of the CPU and the weight: VNNI, a constant of int8 with
+    zero points of 0 (its int8 kernels take none for weights), its scales constant."""
     if not has_vnni():
         return "this CPU has no VNNI: oneDNN's int8 products would add in saturating 16-bit lanes"
     if w.dtype != DType.INT8 or w.const is None:
@@ -1007,9 +1005,16 @@ def _int8_problem(node: Node) -> str | None:
         return f"the weight's zero point {w_zero_point.name!r} is not 0: oneDNN's int8 kernels take none"
     if w_scale.const is None:
         return f"the weight's scale {w_scale.name!r} is not a constant"
+    return None
+
+
+def _int8_problem(node: Node) -> str | None:
+    """What every int8 product asks: the weight as above, integer operands, activations quantized
+    per tensor, a constant float bias."""
     out = INTEGERS if node.input(7) is not None else FLOAT   # no output scale: a float result
-    return first(_computed(node, 0), dense(node, (0,), types=INTEGERS, output_types=out),
-                 _per_tensor(node, 3, 4, 7, 8), constant(node, 2, "bias"))
+    return first(_int8_weight_problem(node.inputs[1], node.inputs[5], node.input(6)), _computed(node, 0),
+                 dense(node, (0,), types=INTEGERS, output_types=out), _per_tensor(node, 3, 4, 7, 8),
+                 constant(node, 2, "bias"))
 
 
 def _weight_scales(node: Node, p: PartitionSource) -> int:
@@ -1108,16 +1113,9 @@ def emit_quantized_matmul(node: Node, p: PartitionSource) -> None:
 
 def check_dynamic_quantized_matmul(node: Node) -> str | None:
     """A float32 input, a constant 2-D int8 weight with zero point 0 and constant scales."""
-    w, w_scale, w_zero_point = node.inputs[1], node.inputs[2], node.input(3)
-    if not has_vnni():
-        return "this CPU has no VNNI: oneDNN's int8 products would add in saturating 16-bit lanes"
-    if w.dtype != DType.INT8 or w.const is None or w.const.ndim != 2:
-        return f"the weight {w.name!r} is not a 2-D constant of int8"
-    if w_zero_point is not None and (w_zero_point.const is None or np.any(w_zero_point.const != 0)):
-        return f"the weight's zero point {w_zero_point.name!r} is not 0: oneDNN's int8 kernels take none"
-    if w_scale.const is None:
-        return f"the weight's scale {w_scale.name!r} is not a constant"
-    return dense(node, (0,))
+    w = node.inputs[1]
+    return first(_int8_weight_problem(w, node.inputs[2], node.input(3)),
+                 None if w.rank == 2 else f"the weight {w.name!r} is not 2-D", dense(node, (0,)))
 
 
 @native(fused("DynamicQuantizedMatMul"), check=check_dynamic_quantized_matmul, plain=(0,))
