@@ -568,3 +568,16 @@ def test_an_int8_product_with_a_float_result_equals_the_graph(op, backend):
     if native(fused):
         [product] = [n for n in fused.graph.nodes if n.op.startswith("autofusion::Quantized")]
         assert (fused.plan.decisions[product].impl.name == "onednn") == has_vnni()
+
+
+def test_a_product_reading_x_by_another_scale_keeps_the_gate_apart():
+    """x's integers read by the gate at one scale and by the product at another: not x times a
+    function of x, so no one table (a near-miss with the reason)."""
+    q = QdqGraph()
+    xq = q.quantize("x", 0.05, 128)
+    gate = q.quantize(q.node("Sigmoid", [q.dequantize(xq, "act")], "act"), 1 / 255, 0)
+    other = q.node("DequantizeLinear", [xq, q._const("x_scale_2", np.float32(0.06)), "x_zp"], "x_other")
+    y = q.node("Mul", [other, q.dequantize(gate, "mul")], "mul")
+    graph, report = fuse(q.model({"x": (1, 8, 6, 6)}, q.dequantize(q.quantize(y, 0.04, 60), "out")))
+    assert "autofusion::QuantizedGatedActivation" not in ops(graph)
+    assert "by another scale" in near_miss(report, "QuantizedGatedActivationFusionOp")
