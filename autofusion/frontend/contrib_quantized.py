@@ -131,6 +131,18 @@ def _gemm(w: _Writer) -> bool:
     return True
 
 
+# the fewest inputs each reading needs; a node with fewer (or a QLinearConcat without its axis or
+# whole triples) is left as it is, for ONNX Runtime to refuse with its own message
+LEAST_INPUTS = {"QLinearAdd": 7, "QLinearMul": 7, "QLinearSigmoid": 4, "QLinearLeakyRelu": 4,
+                "QLinearGlobalAveragePool": 4, "QLinearAveragePool": 4, "QLinearConcat": 5, "QGemm": 6}
+
+
+def _well_formed(n: onnx.NodeProto) -> bool:
+    if len(n.input) < LEAST_INPUTS[n.op_type]:
+        return False
+    return n.op_type != "QLinearConcat" or ((len(n.input) - 2) % 3 == 0 and "axis" in _attrs(n))
+
+
 READINGS = {"QLinearAdd": lambda w: _binary(w, "Add"), "QLinearMul": lambda w: _binary(w, "Mul"),
             "QLinearSigmoid": _unary("Sigmoid"), "QLinearLeakyRelu": _unary("LeakyRelu", alpha=0),
             "QLinearGlobalAveragePool": _global_average_pool, "QLinearAveragePool": _average_pool,
@@ -149,7 +161,7 @@ def read_contrib_quantized(model: onnx.ModelProto) -> int:
              if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape")}
     nodes, added, done = [], [], 0
     for n in g.node:
-        if n.domain == MS_DOMAIN and n.op_type in READINGS and opset >= 10:
+        if n.domain == MS_DOMAIN and n.op_type in READINGS and opset >= 10 and _well_formed(n):
             w = _Writer(n, inits, opset, ranks)
             if READINGS[n.op_type](w):
                 nodes += w.nodes

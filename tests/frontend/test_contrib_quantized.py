@@ -120,3 +120,12 @@ def test_a_per_column_qgemm_before_opset_13_is_left_to_onnx_runtime():
     model, _ = qgemm(per_column=True, quantized_output=True)
     model.opset_import[0].version = 11
     assert read_contrib_quantized(model) == 0 and model.graph.node[0].op_type == "QGemm"
+
+
+def test_a_malformed_contrib_node_is_left_for_onnx_runtime_to_refuse():
+    model, _ = CASES["QLinearConcat"]()
+    del model.graph.node[0].attribute[:]   # no axis
+    assert read_contrib_quantized(model) == 0 and model.graph.node[0].op_type == "QLinearConcat"
+    model, _ = CASES["QLinearAdd"]()
+    del model.graph.node[0].input[5:]   # b's zero point and the output's scale and zero point gone
+    assert read_contrib_quantized(model) == 0
