@@ -40,7 +40,7 @@ class NativeLibrary:
     def __init__(self, path: Path):
         lib = self.lib = ctypes.CDLL(str(path))
         lib.af_build.restype = _c
-        lib.af_build.argtypes = [_c, ctypes.c_int64, ctypes.POINTER(ctypes.c_char_p), _c, _c, _c, _c]
+        lib.af_build.argtypes = [_c, ctypes.c_int64, ctypes.POINTER(ctypes.c_char_p), _c, _c, _c, _c, ctypes.c_int]
         lib.af_shared.restype, lib.af_shared.argtypes = _c, []
         lib.af_shared_free.restype, lib.af_shared_free.argtypes = None, [_c]
         lib.af_arena.restype, lib.af_arena.argtypes = _c, []
@@ -63,7 +63,7 @@ class NativeLibrary:
         lib.af_streams_free.restype, lib.af_streams_free.argtypes = None, [_c]
         lib.af_build_on.restype = _c
         lib.af_build_on.argtypes = [_c, ctypes.c_int, _c, ctypes.c_int64, ctypes.POINTER(ctypes.c_char_p), _c, _c, _c,
-                                    _c]
+                                    _c, ctypes.c_int]
         lib.af_run_on.restype = ctypes.c_int
         lib.af_run_on.argtypes = [_c, ctypes.c_int, _c, ctypes.POINTER(_c), ctypes.POINTER(_c), ctypes.c_int]
         self.path = path
@@ -138,6 +138,13 @@ class SizesOutOfReach(Exception):
 
 
 SIZE_CACHE = 8   # sets of sizes a native partition keeps built, by default (controls.py)
+# A set of sizes' first calls run a build made for any size (runtime/any_size.cpp: its products
+# take their rows at run time, its convolutions are such a product over im2col's rows: nothing
+# generated for these sizes, ~0.5 ms to set up a small recognizer against ~7), and its call
+# number SPECIALISE_AT one made for its own sizes (oneDNN's JIT convolutions and products, up to
+# a fifth faster a call). Sizes that recur are worth their own code; a stream of new ones (a text
+# recognizer's line widths) never waits for it.
+SPECIALISE_AT = 3
 
 
 class NativePartition:
@@ -175,8 +182,10 @@ class NativePartition:
         # per thread count, the contexts no call holds (a context's builds are made for its
         # count; list.pop/append: atomic)
         self._idle: dict[int, list[int]] = {}
-        # per set of sizes (the most recent `cache`), its build in each context that ran it
+        # per set of sizes (the most recent `cache`), its build in each context that ran it, and
+        # how often it was called
         self.built: OrderedDict[tuple, dict[int, BuiltPartition]] = OrderedDict()
+        self.calls: dict[tuple, int] = {}
         self._building = threading.Lock()   # the cache's order, and a new context
         self.last: BuiltPartition | None = None
         self.last_sizes: dict[str, int] = {}
@@ -222,7 +231,8 @@ class NativePartition:
                   threads: int = 0) -> "BuiltPartition":
         """The partition built for these values of self.symbols, in this execution context (which
         the caller holds): made on first use (no compiler runs; on one of `streams` where given,
-        for teams of `threads`), the most recent `cache` sets of sizes kept."""
+        for teams of `threads`), for any size until the sizes' call number SPECIALISE_AT, then
+        for them; the most recent `cache` sets of sizes kept."""
         with self._building:
             builds = self.built.get(key)
             if builds is None:
@@ -231,15 +241,17 @@ class NativePartition:
                     raise SizesOutOfReach(f"sizes {dict(zip(self.symbols, key))} {why}")
                 builds = self.built[key] = {}
                 if len(self.built) > self.cache:
-                    self.built.popitem(last=False)
+                    self.calls.pop(self.built.popitem(last=False)[0], None)
             else:
                 self.built.move_to_end(key)
+            calls = self.calls[key] = self.calls.get(key, 0) + 1
+            any_size = bool(self.symbols) and calls < SPECIALISE_AT
             built = builds.get(context)
-        if built is None:   # outside the lock: a build in another context may run meanwhile
-            built = builds[context] = BuiltPartition(self, key, self.arenas[context], streams, threads)
+        if built is None or built.any_size != any_size:   # outside the lock: another context may build
+            built = builds[context] = BuiltPartition(self, key, self.arenas[context], streams, threads, any_size)
         self.last = built
-        if key != self._last_key:   # a build in another context of the same sizes says nothing new
-            self._last_key, self.last_sizes = key, dict(zip(self.symbols, key))
+        if (key, any_size) != self._last_key:   # a build in another context says nothing new
+            self._last_key, self.last_sizes = (key, any_size), dict(zip(self.symbols, key))
             if self.on_built is not None:
                 self.on_built(self.program.index, self.node_list, built.kernels, built.choices, self.last_sizes)
         return built
@@ -273,16 +285,18 @@ class BuiltPartition:
     tensors."""
 
     def __init__(self, partition: NativePartition, sizes: tuple[int, ...], arena: int | None = None,
-                 streams: Streams | None = None, threads: int = 0):
+                 streams: Streams | None = None, threads: int = 0, any_size: bool = False):
         """streams: built on one of them, for teams of `threads` (its OpenMP work on the stream's
-        pool, not the caller's: runner.cpp af_build_on); else on the calling thread."""
+        pool, not the caller's: runner.cpp af_build_on); else on the calling thread. any_size:
+        its steps take primitives made for any size where they have one (SPECIALISE_AT)."""
         library, program, nodes = partition.library, partition.program, partition.node_list
         self.library, self.nodes = library, partition.nodes_by_name
         lib = library.lib
         words = partition.encoded.words_for(sizes)
         self._constants = program.constants   # read where they are: they live as long as the build
         args = (words.ctypes.data, len(words), partition.strings, partition.constant_pointers, partition.shared, arena,
-                partition.table.pointers if partition.table is not None else None)
+                partition.table.pointers if partition.table is not None else None, int(any_size))
+        self.any_size = any_size
         handle = lib.af_build(*args) if streams is None else lib.af_build_on(streams.handle, threads, *args)
         if not handle:
             node, message = self._node_of(library.error())

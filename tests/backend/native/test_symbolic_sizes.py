@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 from torch import nn
 
 import autofusion
-from autofusion.backend.native import build, unavailable
+from autofusion.backend.native import build, library, unavailable
 
 pytestmark = pytest.mark.skipif(unavailable() is not None, reason=f"native backend: {unavailable()}")
 
@@ -290,3 +290,55 @@ def test_a_size_only_the_run_knows_is_read_off_the_next_partitions_input():
         np.testing.assert_allclose(model(x), want, rtol=1e-5, atol=1e-6)
         counts.add(want.shape[0])
     assert {key[0] for key in part.built} == counts
+
+
+def test_a_first_call_runs_steps_made_for_any_size_and_a_recurring_size_its_own(case):
+    """A set of sizes' first calls run a build whose products take their rows at run time (no
+    code made for the sizes); its call number SPECIALISE_AT a build made for them. Both equal
+    to ONNX Runtime."""
+    name, path, feeds = case
+    model = autofusion.compile(path, backend="native")
+    (part,) = model.program.native.values()
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    for feed in feeds:
+        want = session.run(None, feed)[0]
+        for call in range(1, library.SPECIALISE_AT + 1):
+            np.testing.assert_allclose(model.run(feed)["y"], want, rtol=1e-4, atol=1e-4,
+                                       err_msg=f"{name} at {feed['x'].shape}, call {call}")
+            assert part.last.any_size == (call < library.SPECIALISE_AT)
+            if call == 1:
+                any_size_kernels = part.last.kernels
+        assert part.last.kernels != any_size_kernels, "the build for the sizes' own is another"
+    assert any("gemm:jit" in k for k in any_size_kernels), any_size_kernels
+    if name in ("detector", "paddle"):   # plain convolutions only: each im2col and a product
+        convs = [k for n, k in zip(part.node_list, any_size_kernels) if n.op == "autofusion::FusedConv" or n.op == "Conv"]
+        assert convs and all("gemm:jit" in k and "conv" not in k for k in convs), convs
+
+
+@pytest.mark.parametrize("kernel, stride, pads, channels", [
+    ((3, 3), (1, 1), (1, 1, 1, 1), (4, 8)),
+    ((3, 3), (2, 1), (1, 1, 1, 1), (3, 16)),
+    ((5, 3), (2, 2), (2, 0, 1, 2), (8, 5)),    # asymmetric pads, a kernel wider than its stride
+    ((1, 1), (1, 1), (0, 0, 0, 0), (16, 24)),  # the pixels' own product
+    ((1, 1), (2, 2), (0, 0, 0, 0), (8, 8)),
+])
+def test_a_convolution_for_any_size_is_im2col_and_a_product_equal_to_onnx_runtime(tmp_path, kernel, stride, pads,
+                                                                                    channels):
+    cin, cout = channels
+    w = numpy_helper.from_array(RNG.standard_normal((cout, cin, *kernel)).astype(np.float32), "w")
+    b = numpy_helper.from_array(RNG.standard_normal(cout).astype(np.float32), "b")
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=list(kernel), strides=list(stride),
+                              pads=list(pads)),
+             helper.make_node("HardSwish", ["c"], ["y"])]
+    g = helper.make_graph(nodes, "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", cin, "h", "w"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w, b])
+    path = str(tmp_path / "conv.onnx")
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    model = autofusion.compile(path, backend="native")
+    (part,) = model.program.native.values()
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    for n, h, wd in [(1, 9, 13), (2, 16, 7), (1, 5, 40)]:
+        feed = {"x": RNG.standard_normal((n, cin, h, wd)).astype(np.float32)}
+        np.testing.assert_allclose(model.run(feed)["y"], session.run(None, feed)[0], rtol=1e-4, atol=1e-4)
+        assert part.last.any_size and "gemm:jit" in part.last.kernels[0], part.last.kernels
+    assert ("im2col" in part.last.kernels[0]) == (kernel != (1, 1) or stride != (1, 1))

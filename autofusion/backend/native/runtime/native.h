@@ -70,8 +70,10 @@ class Streams;
 class Partition {
  public:
   // constants: by slot, read in place while the partition lives; shared: their laid-out forms;
-  // context: the arena it runs in (null: its own)
-  Partition(const void* const* constants, Shared* shared, Arena* context);
+  // context: the arena it runs in (null: its own); any_size: a step that has a kind of primitive
+  // taking its sizes at run time uses it (made once for every size: a new size's set-up costs
+  // no code generated for it), the others are made for these sizes (library.py says when)
+  Partition(const void* const* constants, Shared* shared, Arena* context, bool any_size = false);
   ~Partition();
   Partition(const Partition&) = delete;
   Partition& operator=(const Partition&) = delete;
@@ -207,11 +209,12 @@ void set_error(const std::string& what);
 
 extern "C" {
 // the partition a program builds (program.cpp): its words and strings (program.py says how they
-// encode the calls), its constants by slot, the generated kernels its calls name by index; null
+// encode the calls), its constants by slot, the generated kernels its calls name by index,
+// whether its steps take primitives made for any size where they have one (Partition); null
 // where it fails (af_error says why)
 Partition* af_build(const int64_t* words, int64_t n_words, const char* const* strings,
                     const void* const* constants, Shared* shared, Arena* context,
-                    const KernelFn* kernels);
+                    const KernelFn* kernels, int any_size);
 // what one partition's builds share (laid-out constants); freed after its last build is
 Shared* af_shared();
 void af_shared_free(Shared* s);
@@ -230,7 +233,8 @@ int af_run_on(Streams* s, int threads, Partition* p, void* const* inputs, void* 
               int check_finite);
 // af_build on the first free stream, for teams of `threads` (its OpenMP work on the stream's pool)
 Partition* af_build_on(Streams* s, int threads, const int64_t* words, int64_t n_words, const char* const* strings,
-                       const void* const* constants, Shared* shared, Arena* context, const KernelFn* kernels);
+                       const void* const* constants, Shared* shared, Arena* context, const KernelFn* kernels,
+                       int any_size);
 void af_free(Partition* p);
 const char* af_error();
 size_t af_arena_bytes(Partition* p);

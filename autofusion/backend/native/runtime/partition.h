@@ -58,6 +58,7 @@ struct DeconvWeight {
 };
 DeconvWeight deconv_weight(const Dims& onnx, int64_t groups);
 size_t align_up(size_t n);
+memory::desc rows_at_run_time(const memory::desc& md);   // any_size.cpp
 memory::desc in_order_of(const memory::desc& b, const memory::desc& a);
 
 // ---- activations (steps.cpp): oneDNN's forms of the runtime's enums
@@ -217,6 +218,7 @@ struct Partition::Impl {
   const void* const* constants;
   Shared* shared;
   Arena* context;   // the arena this build runs in; null: its own
+  bool any_size;    // primitives made for any size where a step has them (any_size.cpp)
   std::unordered_map<int, Val> vals;
   std::vector<Exec> execs;
   int step = -1;
@@ -239,7 +241,7 @@ struct Partition::Impl {
   // prints them under the node)
   std::vector<std::vector<std::string>> choices;
 
-  Impl(const void* const* c, Shared* s, Arena* a) : constants(c), shared(s), context(a) {}
+  Impl(const void* const* c, Shared* s, Arena* a, bool any) : constants(c), shared(s), context(a), any_size(any) {}
 
   [[noreturn]] void fail(const std::string& what) const {
     throw std::runtime_error("node '" + node + "': " + what);
@@ -301,6 +303,17 @@ struct Partition::Impl {
            const Acts& acts = {});
   void gate_over_dst(Alg gate);
   void finish(int dst, int written);
+
+  // ---- steps made for any size (any_size.cpp)
+  std::optional<dnnl::matmul::primitive_desc> product_for_any_rows(const memory::desc& x_md,
+                                                                   const memory::desc& w_md, bool bias,
+                                                                   const memory::desc& y_md, const Acts& acts,
+                                                                   bool sum = false);
+  std::optional<dnnl::matmul::primitive_desc> matmul_for_any_size(const dnnl::matmul::primitive_desc& made,
+                                                                  const dnnl::primitive_attr& attr);
+  bool gather_for_any_size(int src, const memory::desc& from, int dst, const memory::desc& to);
+  bool conv_for_any_size(int dst, int src, int w, int b, const Dims& strides, const Dims& pad_begin,
+                         const Dims& pad_end, const Acts& acts);
 
   // ---- int8 (quantized.cpp)
   // dst_scale false: an f32 result (no output quantization)

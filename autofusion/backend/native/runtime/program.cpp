@@ -221,10 +221,10 @@ void make(Partition& p, const Call& c) {
 
 extern "C" Partition* af_build(const int64_t* words, int64_t n_words, const char* const* strings,
                                const void* const* constants, Shared* shared, Arena* context,
-                               const KernelFn* kernels) {
+                               const KernelFn* kernels, int any_size) {
   Partition* p = nullptr;
   try {
-    p = new Partition(constants, shared, context);
+    p = new Partition(constants, shared, context, any_size != 0);
     for (int64_t at = 0; at < n_words;) {
       if (at + 3 > n_words || words[at] != Name) throw std::runtime_error("program: a call without its name");
       Call c{strings[words[at + 1]], {}, strings, kernels};

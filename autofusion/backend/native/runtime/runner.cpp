@@ -123,12 +123,13 @@ int af_run_on(Streams* s, int threads, Partition* p, void* const* inputs, void* 
 // pool of its own, and with the streams' beside it libgomp has every team sleep between
 // regions (a CRNN's LSTM, hundreds of regions a call: 19 ms against 2.7)
 Partition* af_build_on(Streams* s, int threads, const int64_t* words, int64_t n_words, const char* const* strings,
-                       const void* const* constants, Shared* shared, Arena* context, const KernelFn* kernels) {
+                       const void* const* constants, Shared* shared, Arena* context, const KernelFn* kernels,
+                       int any_size) {
   Partition* p = nullptr;
   std::string error;
   s->run([&](int, int) {
     if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
-    p = af_build(words, n_words, strings, constants, shared, context, kernels);
+    p = af_build(words, n_words, strings, constants, shared, context, kernels, any_size);
     if (!p) error = af_error();
   });
   if (!p) set_error(error);

@@ -103,6 +103,9 @@ void Partition::conv(int dst, int src, int w, int b, int residual, const Dims& s
                      const Dims& dilations, const Dims& pad_begin, const Dims& pad_end,
                      int64_t groups, const Acts& acts, bool in_place) {
   Impl& m = *impl_;
+  if (groups == 1 && residual < 0 && std::all_of(dilations.begin(), dilations.end(), [](int64_t d) { return d == 1; }) &&
+      m.conv_for_any_size(dst, src, w, b, strides, pad_begin, pad_end, acts))
+    return;
   const Dims wdims = grouped_weight(m.val(w).shape, groups);
   memory::desc bias_md = b >= 0 ? plain(m.val(b).shape) : memory::desc();
   std::vector<memory::desc> adds;
@@ -395,14 +398,23 @@ void Partition::linear(int dst, int a, int w, int bias, const Acts& acts, int re
   const int r = m.plain_residual(residual);
   std::vector<memory::desc> adds;   // the residual, seen as [rows, N] like the result
   if (r >= 0) adds.push_back(plain({rows, n}, m.md_of(r).get_data_type()));
-  dnnl::matmul::primitive_desc pd(m.eng, x_md, any({k, n}, m.compute), b_md, y_md, m.attr(acts, adds));
+  // oneDNN adds no binary operand to rows taken at run time: a residual is copied into the result
+  // first and summed there (a sum post-op)
+  std::optional<dnnl::matmul::primitive_desc> for_any;
+  if (m.any_size && (r < 0 || m.md_of(r).get_data_type() == out.get_data_type()))
+    for_any = m.product_for_any_rows(x_md, plain({k, n}), bias >= 0, y_md, acts, r >= 0);
+  if (for_any) m.decide("a product, its rows taken at run time: a first call at these sizes");
+  const dnnl::matmul::primitive_desc pd =
+      for_any ? *for_any
+              : dnnl::matmul::primitive_desc(m.eng, x_md, any({k, n}, m.compute), b_md, y_md, m.attr(acts, adds));
   int x = m.ensure(a, plain(xshape, m.compute));
   int y = m.produce(dst, out);
   std::vector<Arg> args{Impl::view(DNNL_ARG_SRC, x, x_md),
                         Impl::owned(DNNL_ARG_WEIGHTS, m.constant_as(w, pd.weights_desc())),
                         Impl::view(DNNL_ARG_DST, y, y_md)};
   if (bias >= 0) args.push_back(Impl::owned(DNNL_ARG_BIAS, m.constant_as(bias, b_md)));
-  if (r >= 0) args.push_back(Impl::view(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, r, adds[0]));
+  if (r >= 0 && for_any) m.reorder(r, adds[0], y, y_md);
+  else if (r >= 0) args.push_back(Impl::view(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, r, adds[0]));
   m.add(pd, dnnl::matmul(pd), std::move(args), acts);
   m.finish(dst, y);
 }

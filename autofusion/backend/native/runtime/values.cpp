@@ -233,7 +233,7 @@ int Partition::Impl::temp(const memory::desc& md) {
 
 void Partition::Impl::reorder(int src, const memory::desc& src_md, int dst, const memory::desc& dst_md) {
   auto [from, to] = simplified(src_md, dst_md);
-  if (copy_rows(src, from, dst, to)) return;
+  if (copy_rows(src, from, dst, to) || gather_for_any_size(src, from, dst, to)) return;
   dnnl::reorder::primitive_desc pd(eng, from, eng, to, reorder_attr());
   add(pd, dnnl::reorder(pd), {view(DNNL_ARG_FROM, src, from), view(DNNL_ARG_TO, dst, to)});
 }
@@ -406,8 +406,8 @@ memory Partition::Impl::constant_as(int id, const memory::desc& md) {
   return constant_as(id, given.get_dims() == md.get_dims() ? given : given.reshape(md.get_dims()), md);
 }
 
-Partition::Partition(const void* const* constants, Shared* shared, Arena* context)
-    : impl_(new Impl(constants, shared, context)) {}
+Partition::Partition(const void* const* constants, Shared* shared, Arena* context, bool any_size)
+    : impl_(new Impl(constants, shared, context, any_size)) {}
 Partition::~Partition() = default;
 
 void Partition::input(int id, int slot, const Dims& shape) {

@@ -1,0 +1,36 @@
+// A 2-D convolution's patches as rows: for each output pixel (batch, row, column), the kh·kw
+// input pixels its kernel covers, each pixel's channels in turn, zeros where the kernel hangs
+// over the image's edge. The input is channels-last ([n, h, w, c]); the rows [n·oh·ow, kh·kw·c]
+// times the weight seen as [kh·kw·c, o] are the convolution (any_size.cpp).
+#pragma once
+
+#include <omp.h>
+
+#include <cstdint>
+#include <cstring>
+
+namespace af {
+
+struct Patches {
+  int64_t batch, channels, h, w, out_h, out_w, kh, kw, stride_h, stride_w, pad_h, pad_w;
+};
+
+inline void im2col(const float* x, float* rows, const Patches& p) {
+  const int64_t pixels = p.batch * p.out_h * p.out_w, row = p.kh * p.kw * p.channels;
+  const size_t pixel_bytes = size_t(p.channels) * sizeof(float);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < pixels; ++i) {
+    const int64_t ow = i % p.out_w, oh = (i / p.out_w) % p.out_h, n = i / (p.out_w * p.out_h);
+    float* to = rows + i * row;
+    for (int64_t a = 0; a < p.kh; ++a) {
+      const int64_t ih = oh * p.stride_h - p.pad_h + a;
+      for (int64_t b = 0; b < p.kw; ++b, to += p.channels) {
+        const int64_t iw = ow * p.stride_w - p.pad_w + b;
+        if (ih < 0 || ih >= p.h || iw < 0 || iw >= p.w) std::memset(to, 0, pixel_bytes);
+        else std::memcpy(to, x + ((n * p.h + ih) * p.w + iw) * p.channels, pixel_bytes);
+      }
+    }
+  }
+}
+
+}  // namespace af
