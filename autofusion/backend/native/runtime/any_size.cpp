@@ -42,18 +42,6 @@ memory::desc in_order_at_run_time(const memory::desc& md) {
   return memory::desc(Dims(order.size(), DNNL_RUNTIME_DIM_VAL), md.get_data_type(), found->second);
 }
 
-// the values' offsets from row-major coordinates over dims[:-1] (one per row), in `strides`
-std::vector<int64_t> row_offsets(const Dims& dims, const Dims& strides) {
-  std::vector<int64_t> out;
-  Dims at(dims.size() - 1, 0);
-  do {
-    int64_t o = 0;
-    for (size_t i = 0; i < at.size(); ++i) o += at[i] * strides[i];
-    out.push_back(o);
-  } while (next_index(at, dims));
-  return out;
-}
-
 }  // namespace
 
 // md with every dim but its last one taken at run time; a zero desc where md is not dense
@@ -107,28 +95,34 @@ bool Partition::Impl::gather_for_any_size(int src, const memory::desc& from, int
   if (!any_size || from.get_data_type() != to.get_data_type() || memory::data_type_size(from.get_data_type()) != 4 ||
       !strided(from) || !strided(to) || from.get_submemory_offset() || to.get_submemory_offset())
     return false;
-  // rows along the axis dst holds innermost; per row, where it starts in src and in dst
+  // rows along one axis: the one dst or src holds innermost, the longer (NCHW -> NHWC of 3
+  // channels: rows of a width, not of 3 values); each row's start found from its index
   const Dims dims = from.get_dims(), fs = from.get_strides(), ts = to.get_strides();
-  const int inner = int(std::min_element(ts.begin(), ts.end()) - ts.begin());
-  Dims outer_dims, outer_fs, outer_ts;
+  const int to_inner = int(std::min_element(ts.begin(), ts.end()) - ts.begin()),
+            from_inner = int(std::min_element(fs.begin(), fs.end()) - fs.begin()),
+            inner = dims[from_inner] > dims[to_inner] ? from_inner : to_inner;
+  Dims outer, outer_fs, outer_ts;
   for (size_t a = 0; a < dims.size(); ++a)
-    if (int(a) != inner) outer_dims.push_back(dims[a]), outer_fs.push_back(fs[a]), outer_ts.push_back(ts[a]);
-  outer_dims.push_back(dims[inner]);   // row_offsets counts over all but the last
-  auto starts = std::make_shared<std::pair<std::vector<int64_t>, std::vector<int64_t>>>(
-      row_offsets(outer_dims, outer_fs), row_offsets(outer_dims, outer_ts));
-  const int64_t len = dims[inner], f_step = fs[inner], t_step = ts[inner], n = len * int64_t(starts->first.size());
+    if (int(a) != inner) outer.push_back(dims[a]), outer_fs.push_back(fs[a]), outer_ts.push_back(ts[a]);
+  const int64_t len = dims[inner], f_step = fs[inner], t_step = ts[inner], rows = product(outer, 0, outer.size());
   Exec own{dnnl::primitive(), {view(DNNL_ARG_FROM, src, from), view(DNNL_ARG_TO, dst, to)}, {}, node, step};
-  own.own = [starts, len, f_step, t_step, n](Exec& e) {
+  own.own = [outer, outer_fs, outer_ts, rows, len, f_step, t_step](Exec& e) {
     const uint32_t* x = static_cast<const uint32_t*>(e.bound[DNNL_ARG_FROM].get_data_handle());
     uint32_t* y = static_cast<uint32_t*>(e.bound[DNNL_ARG_TO].get_data_handle());
-    const int64_t rows = int64_t(starts->first.size());
-#pragma omp parallel for schedule(static) if (n >= PARALLEL_FROM)
+#pragma omp parallel for schedule(static) if (rows * len >= PARALLEL_FROM)
     for (int64_t r = 0; r < rows; ++r) {
-      const uint32_t* from = x + starts->first[r];
-      uint32_t* to = y + starts->second[r];
-      if (f_step == 1 && t_step == 1) std::memcpy(to, from, size_t(len) * 4);
+      int64_t rest = r, f = 0, t = 0;
+      for (size_t a = outer.size(); a-- > 0;) {
+        const int64_t c = rest % outer[a];
+        rest /= outer[a];
+        f += c * outer_fs[a];
+        t += c * outer_ts[a];
+      }
+      const uint32_t* in = x + f;
+      uint32_t* out = y + t;
+      if (f_step == 1 && t_step == 1) std::memcpy(out, in, size_t(len) * 4);
       else
-        for (int64_t i = 0; i < len; ++i) to[i * t_step] = from[i * f_step];
+        for (int64_t i = 0; i < len; ++i) out[i * t_step] = in[i * f_step];
     }
   };
   own.kernel = "runtime gather";

@@ -4,8 +4,6 @@
 // times the weight seen as [kh·kw·c, o] are the convolution (any_size.cpp).
 #pragma once
 
-#include <omp.h>
-
 #include <cstdint>
 #include <cstring>
 
@@ -16,18 +14,28 @@ struct Patches {
 };
 
 inline void im2col(const float* x, float* rows, const Patches& p) {
-  const int64_t pixels = p.batch * p.out_h * p.out_w, row = p.kh * p.kw * p.channels;
-  const size_t pixel_bytes = size_t(p.channels) * sizeof(float);
+  const int64_t pixels = p.batch * p.out_h * p.out_w, row = p.kh * p.kw * p.channels, run = p.kw * p.channels;
+  const size_t pixel_bytes = size_t(p.channels) * sizeof(float), run_bytes = size_t(run) * sizeof(float);
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < pixels; ++i) {
     const int64_t ow = i % p.out_w, oh = (i / p.out_w) % p.out_h, n = i / (p.out_w * p.out_h);
+    const int64_t left = ow * p.stride_w - p.pad_w;
     float* to = rows + i * row;
-    for (int64_t a = 0; a < p.kh; ++a) {
+    for (int64_t a = 0; a < p.kh; ++a, to += run) {
       const int64_t ih = oh * p.stride_h - p.pad_h + a;
-      for (int64_t b = 0; b < p.kw; ++b, to += p.channels) {
-        const int64_t iw = ow * p.stride_w - p.pad_w + b;
-        if (ih < 0 || ih >= p.h || iw < 0 || iw >= p.w) std::memset(to, 0, pixel_bytes);
-        else std::memcpy(to, x + ((n * p.h + ih) * p.w + iw) * p.channels, pixel_bytes);
+      if (ih < 0 || ih >= p.h) {
+        std::memset(to, 0, run_bytes);
+        continue;
+      }
+      const float* image_row = x + (n * p.h + ih) * p.w * p.channels;
+      if (left >= 0 && left + p.kw <= p.w) {   // the kernel's row inside the image: one run of pixels
+        std::memcpy(to, image_row + left * p.channels, run_bytes);
+        continue;
+      }
+      for (int64_t b = 0; b < p.kw; ++b) {
+        const int64_t iw = left + b;
+        if (iw < 0 || iw >= p.w) std::memset(to + b * p.channels, 0, pixel_bytes);
+        else std::memcpy(to + b * p.channels, image_row + iw * p.channels, pixel_bytes);
       }
     }
   }
