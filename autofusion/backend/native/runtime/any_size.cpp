@@ -9,6 +9,8 @@
 
 #include "im2col.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <numeric>
 
@@ -70,12 +72,11 @@ std::optional<dnnl::matmul::primitive_desc> Partition::Impl::product_for_any_row
   return std::nullopt;
 }
 
-// the product `made` (made for these sizes, f32, its operands through any strides) as one whose
-// every dim and stride is taken at run time; none where oneDNN has none (a binary post-op: it
-// adds none to a run-time shape). Its arguments are bound as `made` sees them.
+// the product x·w -> y of f32 operands seen through any strides (of an order a format tag names),
+// every dim taken at run time; none where oneDNN has none (a binary post-op: it adds none to a
+// run-time shape). Its arguments are bound through x, w and y.
 std::optional<dnnl::matmul::primitive_desc> Partition::Impl::matmul_for_any_size(
-    const dnnl::matmul::primitive_desc& made, const dnnl::primitive_attr& attr) {
-  const memory::desc x = made.src_desc(), w = made.weights_desc(), y = made.dst_desc();
+    const memory::desc& x, const memory::desc& w, const memory::desc& y, const dnnl::primitive_attr& attr) {
   if (!any_size || x.get_data_type() != dt::f32 || w.get_data_type() != dt::f32 || y.get_data_type() != dt::f32 ||
       !strided(x) || !strided(w) || !strided(y))
     return std::nullopt;
@@ -130,10 +131,56 @@ bool Partition::Impl::gather_for_any_size(int src, const memory::desc& from, int
   return true;
 }
 
-// act(conv(src, w) + b), 2-D, ungrouped and undilated, w a constant, f32: the product of the
-// patches' rows (im2col, channels-last) and w seen as [kh·kw·c, o]; a 1x1 convolution of stride 1
-// without padding is the product of the pixels themselves. False, adding nothing, where the
-// step does not qualify.
+// softmax(q·kᵀ·scale + mask)·v with both products taken at run time, q, k and v read through
+// their strides, the mask added by the softmax's own loop (attention.cpp is the step for one
+// size: it picks brgemm kernels, pads keys for AMX, adds a mask the loop cannot in a product).
+// False, adding nothing, where a piece has no such form.
+bool Partition::Impl::attention_for_any_size(int dst, int q, int k, int v, int mask, float scale) {
+  if (!any_size || compute != dt::f32) return false;
+  const Dims& qs = val(q).shape;
+  const Dims& ks = val(k).shape;
+  Dims scores = qs;
+  scores.back() = ks[ks.size() - 2];
+  const int last = int(scores.size()) - 1;
+  Dims mask_dims;
+  if (mask >= 0) {
+    const Dims& ms = val(mask).shape;
+    mask_dims.assign(scores.size() - ms.size(), 1);
+    mask_dims.insert(mask_dims.end(), ms.begin(), ms.end());
+    if (mask_dims.back() != scores.back() || !own_softmax(plain(scores), plain(scores), last)) return false;
+  }
+  std::vector<int> perm(ks.size());
+  std::iota(perm.begin(), perm.end(), 0);
+  std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
+  dnnl::primitive_attr scaled;
+  scaled.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  dnnl::post_ops po;
+  po.append_eltwise(dnnl::algorithm::eltwise_linear, scale, 0.f);
+  scaled.set_post_ops(po);
+  const memory::desc q_md = md_of(q), k_md = md_of(k).permute_axes(perm), v_md = md_of(v), out = dense_result(dst);
+  const auto qk = matmul_for_any_size(q_md, k_md, plain(scores), scaled);
+  const auto pv = qk ? matmul_for_any_size(plain(scores), v_md, out, attr({})) : std::nullopt;
+  if (!pv) return false;
+  const int mv = mask >= 0 ? ensure(mask, plain(val(mask).shape)) : -1;
+  const int s = temp(plain(scores));
+  add(*qk, dnnl::matmul(*qk), {view(DNNL_ARG_SRC, q, q_md), view(DNNL_ARG_WEIGHTS, k, k_md), use(DNNL_ARG_DST, s)});
+  const int p = temp(plain(scores));
+  softmax(s, plain(scores), p, plain(scores), last, false, mv, mask_dims, scores.back());
+  const int y = produce(dst, out);
+  add(*pv, dnnl::matmul(*pv), {use(DNNL_ARG_SRC, p), view(DNNL_ARG_WEIGHTS, v, v_md), view(DNNL_ARG_DST, y, out)});
+  decide("q·kᵀ and p·v taken at run time, q, k and v read through their strides: a first call at these sizes");
+  finish(dst, y);
+  return true;
+}
+
+// act(conv(src, w) + b), 2-D, ungrouped and undilated, w a constant, f32, as products of w seen
+// as [kh·kw·c, o]: a 1x1 convolution of stride 1 without padding is the product of the image's
+// pixels (its rows taken at run time); any other, of its patches' rows (im2col.h, channels-last)
+// in tiles of a fixed number of rows, each tile's patches in its thread's L2, by a product made
+// for one tile: code made once for every size, the weight laid out once for it (a product of
+// every row at once wrote and read all patches through memory, and oneDNN's run-time-rows
+// product repacks the weight on every call: each twice a convolution's time). False, adding
+// nothing, where the step does not qualify.
 bool Partition::Impl::conv_for_any_size(int dst, int src, int w, int b, const Dims& strides,
                                         const Dims& pad_begin, const Dims& pad_end, const Acts& acts) {
   const Dims& in = val(src).shape;
@@ -145,34 +192,103 @@ bool Partition::Impl::conv_for_any_size(int dst, int src, int w, int b, const Di
   const Patches p{in[0], in[1], in[2], in[3], out[2], out[3], ws[2], ws[3], strides[0], strides[1],
                   pad_begin[0], pad_begin[1]};
   const int64_t rows = p.batch * p.out_h * p.out_w, k = p.kh * p.kw * p.channels, o = out[1];
-  const auto pd = product_for_any_rows(plain({rows, k}), plain({k, o}), b >= 0, plain({rows, o}), acts);
+  const bool pixels = p.kh == 1 && p.kw == 1 && p.stride_h == 1 && p.stride_w == 1 && p.pad_h == 0 &&
+                      p.pad_w == 0 && pad_end[0] == 0 && pad_end[1] == 0;
+  const int64_t tile = std::clamp<int64_t>(PATCH_TILE_BYTES / (k * 4), 32, 256);
+  std::optional<dnnl::matmul::primitive_desc> pd;
+  if (pixels) {
+    pd = product_for_any_rows(plain({rows, k}), plain({k, o}), b >= 0, plain({rows, o}), acts);
+  } else {
+    try {
+      pd.emplace(eng, plain({tile, k}), any({k, o}), b >= 0 ? plain({1, o}) : memory::desc(), plain({tile, o}),
+                 attr(acts));
+      if (is_reference(*pd)) pd.reset();
+    } catch (const dnnl::error&) {
+    }
+  }
   if (!pd) return false;
-  // the weight's bytes as ONNX holds them, seen as [kh, kw, c, o], laid out plain: [k, o]
+  // the weight's bytes as ONNX holds them, seen as [kh, kw, c, o], laid out plain ([k, o]), and
+  // from there as the product takes them
   const memory::desc held({p.kh, p.kw, p.channels, o}, dt::f32,
                           Dims{p.kw, 1, p.kh * p.kw, p.channels * p.kh * p.kw});
   const memory laid = constant_as(w, held, plain({p.kh, p.kw, p.channels, o}));
-  const memory weight(plain({k, o}), eng, laid.get_data_handle());
-  const bool pixels = p.kh == 1 && p.kw == 1 && p.stride_h == 1 && p.stride_w == 1 && p.pad_h == 0 &&
-                      p.pad_w == 0 && pad_end[0] == 0 && pad_end[1] == 0;
+  auto weight_as = [&] {
+    memory from(plain({k, o}), eng, laid.get_data_handle()), to(pd->weights_desc(), eng);
+    dnnl::reorder(from, to).execute(strm, from, to);
+    strm.wait();
+    return to;
+  };
+  const memory weight = pd->weights_desc() == plain({k, o}) ? memory(plain({k, o}), eng, laid.get_data_handle())
+                        : shared                            ? shared->as(val(w).slot, pd->weights_desc(), weight_as)
+                                                            : weight_as();
   const int x = ensure(src, channels_last(in, dt::f32));
   const int y = produce(dst, channels_last(out, dt::f32));
-  int rows_of = x;
-  if (!pixels) {
-    rows_of = temp(plain({rows, k}));
-    Exec e{dnnl::primitive(), {use(DNNL_ARG_SRC, x), use(DNNL_ARG_DST, rows_of)}, {}, node, step};
-    e.own = [p](Exec& self) {
-      im2col(static_cast<const float*>(self.bound[DNNL_ARG_SRC].get_data_handle()),
-             static_cast<float*>(self.bound[DNNL_ARG_DST].get_data_handle()), p);
-    };
-    e.kernel = "runtime im2col";
-    execs.push_back(std::move(e));
-  }
-  std::vector<Arg> args{view(DNNL_ARG_SRC, rows_of, plain({rows, k})), owned(DNNL_ARG_WEIGHTS, weight),
-                        view(DNNL_ARG_DST, y, plain({rows, o}))};
+  std::vector<Arg> args{use(DNNL_ARG_SRC, x), owned(DNNL_ARG_WEIGHTS, weight), use(DNNL_ARG_DST, y)};
   if (b >= 0) args.push_back(owned(DNNL_ARG_BIAS, constant_as(b, plain({1, o}))));
-  add(*pd, dnnl::matmul(*pd), std::move(args), acts);
-  decide(pixels ? "a product over the pixels, its rows taken at run time: a first call at these sizes"
-                : "im2col and a product, its rows taken at run time: a first call at these sizes");
+  if (pixels) {   // the image's pixels are the rows
+    args[0] = view(DNNL_ARG_SRC, x, plain({rows, k}));
+    args[2] = view(DNNL_ARG_DST, y, plain({rows, o}));
+    add(*pd, dnnl::matmul(*pd), std::move(args), acts);
+    decide("a product over the pixels, its rows taken at run time: a first call at these sizes");
+    finish(dst, y);
+    return true;
+  }
+  // per thread, a tile of patches, a tile of results (the last tile's, of fewer rows, copied out)
+  // and the product's scratchpad, 64-byte aligned
+  const int threads = omp_get_max_threads();
+  const int64_t tiles = (rows + tile - 1) / tile, last = rows - (tiles - 1) * tile,
+                pad = int64_t(align_up(pd->scratchpad_desc().get_size())) / 4,
+                per_thread = int64_t(align_up(size_t(tile * (k + o)) * 4)) / 4 + pad;
+  args.push_back(use(DNNL_ARG_WORKSPACE, temp(plain({threads, per_thread}))));
+  struct Tiles {
+    dnnl::engine eng;
+    dnnl::matmul product;
+    memory::desc patches, results, scratchpad;
+    std::vector<dnnl::stream> streams;   // per thread
+  };
+  auto t = std::make_shared<Tiles>(
+      Tiles{eng, dnnl::matmul(*pd), plain({tile, k}), plain({tile, o}), pd->scratchpad_desc(), {}});
+  for (int i = 0; i < threads; ++i) t->streams.emplace_back(eng);
+  Exec e{dnnl::primitive(), std::move(args), {}, node, step};
+  e.own = [t, p, tile, tiles, last, k, o, per_thread, pad](Exec& self) {
+    const float* image = static_cast<const float*>(self.bound[DNNL_ARG_SRC].get_data_handle());
+    float* buffer = static_cast<float*>(self.bound[DNNL_ARG_WORKSPACE].get_data_handle());
+    float* result = static_cast<float*>(self.bound[DNNL_ARG_DST].get_data_handle());
+    const auto bias = self.bound.find(DNNL_ARG_BIAS);
+    std::string error;
+#pragma omp parallel num_threads(std::min<int>(omp_get_max_threads(), int(t->streams.size())))
+    {
+      const int id = omp_get_thread_num();
+      float* patches = buffer + int64_t(id) * per_thread;
+      float* results = patches + tile * k;
+      const memory scratchpad(t->scratchpad, t->eng, patches + per_thread - pad);
+#pragma omp for schedule(static)
+      for (int64_t i = 0; i < tiles; ++i) {
+        const bool whole = i + 1 < tiles || last == tile;
+        im2col(image, patches, p, i * tile, whole ? tile : last);
+        float* to = result + i * tile * o;
+        std::unordered_map<int, memory> at{{DNNL_ARG_SRC, memory(t->patches, t->eng, patches)},
+                                           {DNNL_ARG_WEIGHTS, self.bound.at(DNNL_ARG_WEIGHTS)},
+                                           {DNNL_ARG_DST, memory(t->results, t->eng, whole ? to : results)},
+                                           {DNNL_ARG_SCRATCHPAD, scratchpad}};
+        if (bias != self.bound.end()) at[DNNL_ARG_BIAS] = bias->second;
+        try {
+          t->product.execute(t->streams[id], at);   // inside a parallel region: on this thread
+        } catch (const std::exception& err) {      // not out of the parallel region
+#pragma omp critical
+          error = err.what();
+          continue;
+        }
+        if (!whole) std::memcpy(to, results, size_t(last * o) * sizeof(float));
+      }
+    }
+    if (!error.empty()) throw std::runtime_error(error);
+  };
+  e.kernel = std::string("runtime im2col + ") + pd->impl_info_str() + " in tiles of " + std::to_string(tile) + " pixels";
+  execs.push_back(std::move(e));
+  if (Alg gate = gate_after(acts); gate != Alg::None) gate_over_dst(gate);
+  decide("im2col and a product in tiles of " + std::to_string(tile) +
+         " pixels, made once for every size: a first call at these sizes");
   finish(dst, y);
   return true;
 }

@@ -39,6 +39,7 @@ static std::optional<dnnl::matmul::primitive_desc> strided_matmul(
 
 void Partition::attention(int dst, int q, int k, int v, int mask, float scale) {
   Impl& m = *impl_;
+  if (m.attention_for_any_size(dst, q, k, v, mask, scale)) return;
   const Dims& qs = m.val(q).shape;
   const Dims& ks = m.val(k).shape;
   const Dims& vs = m.val(v).shape;
@@ -129,8 +130,7 @@ void Partition::attention(int dst, int q, int k, int v, int mask, float scale) {
                         Impl::use(DNNL_ARG_DST, s)};
   if (mask_in_product && !mask_apart)
     args.push_back(Impl::view(DNNL_ARG_ATTR_MULTIPLE_POST_OP(1) | DNNL_ARG_SRC_1, mv, plain(mask_dims)));
-  const auto qk_any = mask_in_product && !mask_apart ? std::nullopt : m.matmul_for_any_size(qk, scaled(false));
-  m.add(qk_any ? *qk_any : qk, dnnl::matmul(qk_any ? *qk_any : qk), std::move(args));
+  m.add(qk, dnnl::matmul(qk), std::move(args));
   if (mask_apart) {
     dnnl::binary::primitive_desc add(m.eng, dnnl::algorithm::binary_add, plain(scores), plain(mask_dims),
                                      plain(scores), m.attr({}));
@@ -161,8 +161,7 @@ void Partition::attention(int dst, int q, int k, int v, int mask, float scale) {
     pv = dnnl::matmul::primitive_desc(m.eng, seen(plain(stored, c)), seen(plain(vps, c)), seen(out), m.attr({}));
   }
   int y = m.produce(dst, out);
-  const auto pv_any = m.matmul_for_any_size(*pv, m.attr({}));
-  m.add(pv_any ? *pv_any : *pv, dnnl::matmul(pv_any ? *pv_any : *pv), {Impl::view(DNNL_ARG_SRC, p, pv->src_desc()),
+  m.add(*pv, dnnl::matmul(*pv), {Impl::view(DNNL_ARG_SRC, p, pv->src_desc()),
                                  Impl::view(DNNL_ARG_WEIGHTS, v, pv->weights_desc()),
                                  Impl::view(DNNL_ARG_DST, y, pv->dst_desc())});
   m.finish(dst, y);

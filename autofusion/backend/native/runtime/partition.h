@@ -309,11 +309,14 @@ struct Partition::Impl {
                                                                    const memory::desc& w_md, bool bias,
                                                                    const memory::desc& y_md, const Acts& acts,
                                                                    bool sum = false);
-  std::optional<dnnl::matmul::primitive_desc> matmul_for_any_size(const dnnl::matmul::primitive_desc& made,
+  std::optional<dnnl::matmul::primitive_desc> matmul_for_any_size(const memory::desc& x, const memory::desc& w,
+                                                                  const memory::desc& y,
                                                                   const dnnl::primitive_attr& attr);
+  bool attention_for_any_size(int dst, int q, int k, int v, int mask, float scale);
   bool gather_for_any_size(int src, const memory::desc& from, int dst, const memory::desc& to);
   bool conv_for_any_size(int dst, int src, int w, int b, const Dims& strides, const Dims& pad_begin,
                          const Dims& pad_end, const Acts& acts);
+  static constexpr int64_t PATCH_TILE_BYTES = int64_t(256) << 10;   // one thread's rows of patches
 
   // ---- int8 (quantized.cpp)
   // dst_scale false: an f32 result (no output quantization)
