@@ -11,9 +11,13 @@ dynamic file.
              a new width included (its compile not), three passes in turn
     compile  compile times of each model: autofusion cold (an empty kernel cache, the runtime
              library already built, as after a first use on the machine), warm, and its first
-             call at a new size less a steady call; ORT's session creation and OpenVINO's
-             compile_model, and their first call at a new size less a steady one; each the
-             median of --compile-rounds rounds, the systems in turn within a round
+             call at a new size less a steady call (a build for any size), and its call that
+             gets the sizes native code of their own (the SPECIALISE_AT-th) less a steady one;
+             ORT's session creation and OpenVINO's compile_model, and their first call at a new
+             size less a steady one; each the median of --compile-rounds rounds, the systems in
+             turn within a round
+    --specialise-at 1 gives every set of sizes its own code at its first call (as before builds
+    for any size), for a before/after in one command.
 
     python -m autofusion.benchmarks.dynamic --part zoo --models mobilenet_v3_large,resnet50 --rounds 10
     python -m autofusion.benchmarks.dynamic --part stream
@@ -34,6 +38,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..backend.native import library
 from ..measure import time_in_blocks
 from . import models, timing
 from .runner import short_error
@@ -221,8 +226,12 @@ def _autofusion_compile(autofusion, runtime: Path, path: str, feeds: dict) -> di
             start = time.perf_counter()
             model = autofusion.compile(path)
             warm = time.perf_counter() - start
-            return {"autofusion cold": cold, "autofusion warm": warm,
-                    "autofusion new size": first_call(lambda f: model(**f), feeds)}
+            new, calls = first_calls(lambda f: model(**f), feeds)
+            # the call at which the sizes get a build of their own (library.SPECIALISE_AT)
+            at = library.SPECIALISE_AT - 2
+            own = calls[at] - float(np.median(calls)) if 0 <= at < len(calls) else 0.0
+            return {"autofusion cold": cold, "autofusion warm": warm, "autofusion new size": new,
+                    "autofusion own code": own}
         finally:
             del os.environ["AUTOFUSION_CACHE_DIR"]
 
@@ -230,26 +239,32 @@ def _autofusion_compile(autofusion, runtime: Path, path: str, feeds: dict) -> di
 def first_call(call, feeds: dict[int, dict]) -> float:
     """Seconds the first call at a new size costs over a steady call at it (after a first size
     has run): the set-up a new size costs."""
+    return first_calls(call, feeds)[0]
+
+
+def first_calls(call, feeds: dict[int, dict]) -> tuple[float, list[float]]:
+    """first_call's measure, and the seconds of the five calls after it at that size (their
+    median the steady call)."""
     first, other = feeds
     for _ in range(3):
         call(feeds[first])
     start = time.perf_counter()
     call(feeds[other])
     new = time.perf_counter() - start
-    steady = []
+    after = []
     for _ in range(5):
         start = time.perf_counter()
         call(feeds[other])
-        steady.append(time.perf_counter() - start)
-    return new - float(np.median(steady))
+        after.append(time.perf_counter() - start)
+    return new - float(np.median(after)), after
 
 
 def compile_table(rows: list[dict]) -> str:
     keys = ["autofusion cold", "autofusion warm", "ORT", "OpenVINO f32", "autofusion new size",
-            "ORT new size", "OpenVINO f32 new size"]
+            "autofusion own code", "ORT new size", "OpenVINO f32 new size"]
     lines = ["| model | " + " | ".join(keys) + " |", "|---|" + "---:|" * len(keys)]
     for r in rows:
-        cells = [f"{r[k] * 1e3:.0f} ms" if "new size" in k and isinstance(r.get(k), float) else
+        cells = [f"{r[k] * 1e3:.0f} ms" if ("new size" in k or "own code" in k) and isinstance(r.get(k), float) else
                  f"{r[k]:.2f} s" if isinstance(r.get(k), float) else str(r.get(k, "—")) for k in keys]
         lines.append(f"| {r['model']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -266,8 +281,12 @@ def main(argv=None) -> None:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--passes", type=int, default=3, help="stream: passes over the 100 lines")
     p.add_argument("--compile-rounds", type=int, default=3, help="compile: rounds, each measure their median")
+    p.add_argument("--specialise-at", type=int, default=library.SPECIALISE_AT,
+                   help="the call at which a set of sizes gets native code of its own (1: at once, as "
+                        "before builds for any size; the first calls before it run those)")
     p.add_argument("--out", default="bench-out")
     args = p.parse_args(argv)
+    library.SPECIALISE_AT = args.specialise_at
     torch.set_num_threads(args.threads)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

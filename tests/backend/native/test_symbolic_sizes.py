@@ -217,10 +217,14 @@ def test_every_set_of_sizes_runs_in_one_arena_that_grows(tmp_path):
 
 
 @pytest.mark.parametrize("streams", [1, 4])
-def test_calls_from_threads_with_other_sizes_give_the_single_threaded_answers(tmp_path, streams):
+@pytest.mark.parametrize("specialise_at", [1, 1000], ids=["own code", "for any size"])
+def test_calls_from_threads_with_other_sizes_give_the_single_threaded_answers(tmp_path, streams, specialise_at,
+                                                                              monkeypatch):
     """One call at a time (streams=1) or four at once, each in an execution context of its own
-    with its own builds of each set of sizes: the answers of calls made one by one."""
+    with its own builds of each set of sizes: the answers of calls made one by one (builds of
+    one kind: one for any size and one for the sizes' own differ in the last bits)."""
     from concurrent.futures import ThreadPoolExecutor
+    monkeypatch.setattr(library, "SPECIALISE_AT", specialise_at)
     path = CASES["cnn"][0](tmp_path / "cnn.onnx")
     model = autofusion.compile(path, backend="native", streams=streams)
     sizes = [(1, 32, 32), (2, 64, 48), (1, 80, 40), (1, 32, 48)] * 3
