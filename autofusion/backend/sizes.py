@@ -6,7 +6,9 @@ cannot have (x: [batch, ?] into a MatMul with an [8, 16] weight, called with ? =
 steps would read memory that is not there. So each new set of sizes is checked once, node by
 node for the native nodes whose shapes are symbolic: the op's shape rule, run on the shapes
 those sizes give its inputs, must not find them impossible, and must give the outputs the sizes
-the plan holds for them. A contradiction is an InputError naming the node.
+the plan holds for them. A contradiction is an InputError naming the node. Nodes alike (one op,
+its attributes, the same symbolic shapes in and out, the same small constants: a transformer's
+layers) are probed once, the first of them standing for all.
 """
 from __future__ import annotations
 
@@ -59,6 +61,7 @@ class SizesCheck:
         call gives (a dim known only at run time is left unknown)."""
         known = set(names)
         dims: list = []
+        at: dict = {}   # each distinct dim once
 
         def slots(shape) -> tuple | None:
             if shape is None:
@@ -68,14 +71,47 @@ class SizesCheck:
                 if isinstance(d, int):
                     out.append(d)
                 elif is_symbolic(d) and symbols(d) <= known:
-                    out.append(_Slot(len(dims)))
-                    dims.append(d)
+                    if d not in at:
+                        at[d] = len(dims)
+                        dims.append(d)
+                    out.append(_Slot(at[d]))
                 else:
                     out.append(None)
             return tuple(out)
-        self._probes = [_Probe(n, [None if v is None else slots(v.shape) for v in n.inputs],
-                               [slots(v.shape) for v in n.outputs]) for n in self.nodes]
+        probes: dict = {}
+        for n in self.nodes:
+            ins, outs = [None if v is None else slots(v.shape) for v in n.inputs], [slots(v.shape) for v in n.outputs]
+            key = _alike(n)
+            if key not in probes:
+                probes[key if key is not None else id(n)] = _Probe(n, ins, outs)
+        self._probes = list(probes.values())
         self._dims = compile_sizes(dims, names) if dims else None
+
+
+# a constant of at most this many values is told apart by its values (a shape, axes, a scale: what
+# a shape rule reads), a larger one by its shape and type (a weight: a shape rule reads no value)
+SMALL_CONSTANT = 64
+
+
+def _alike(node: Node) -> tuple | None:
+    """What a node's check depends on: two nodes with the same key find the same sizes possible
+    or impossible. None where an attribute is not plain data (a subgraph): probed on its own."""
+    def constant(v: Value | None):
+        if v is None or v.const is None:
+            return None
+        c = v.const
+        small = c.size <= SMALL_CONSTANT and c.dtype != object
+        return c.shape, str(c.dtype), c.tobytes() if small else None
+    attrs = []
+    for k, a in sorted(node.attrs.items()):
+        if a is None or isinstance(a, (int, float, str, bytes)):
+            attrs.append((k, a))
+        elif isinstance(a, (list, tuple)) and all(isinstance(x, (int, float, str, bytes)) for x in a):
+            attrs.append((k, tuple(a)))
+        else:
+            return None
+    shapes = tuple(None if v is None else (v.shape, v.dtype) for v in (*node.inputs, *node.outputs))
+    return node.op_type, node.domain, id(node.graph), tuple(attrs), shapes, tuple(map(constant, node.inputs))
 
 
 class _Slot(int):

@@ -7,12 +7,14 @@ dynamic file.
              optimisations) and OpenVINO f32 on the dynamic file; the systems alternated in
              blocks, ratios round by round (timing.py)
     stream   the OCR-style recognizer (models.ocr_recognizer, 48-pixel lines) over 100 lines of
-             random widths 100-800: each system's total time over the stream, every first call at
-             a new width included (its compile not), three passes in turn
+             random widths 100-800 (or --stream-model bert-base over 100 texts of 16-256
+             tokens): each system's total time over the stream, every first call at a new size
+             included (its compile not), three passes in turn
     compile  compile times of each model: autofusion cold (an empty kernel cache, the runtime
              library already built, as after a first use on the machine), warm, and its first
-             call at a new size less a steady call (a build for any size), and its call that
-             gets the sizes native code of their own (the SPECIALISE_AT-th) less a steady one;
+             call at a new size less a steady call (a build for any size), its call that gets
+             the sizes native code of their own (the SPECIALISE_AT-th) less a steady one, and a
+             call of the build for any size over a steady one of their own ("any size / own");
              ORT's session creation and OpenVINO's compile_model, and their first call at a new
              size less a steady one; each the median of --compile-rounds rounds, the systems in
              turn within a round
@@ -21,6 +23,7 @@ dynamic file.
 
     python -m autofusion.benchmarks.dynamic --part zoo --models mobilenet_v3_large,resnet50 --rounds 10
     python -m autofusion.benchmarks.dynamic --part stream
+    python -m autofusion.benchmarks.dynamic --part stream --stream-model bert-base
     python -m autofusion.benchmarks.dynamic --part compile
 
 Exports go to --out/onnx (reused), results to --out/dynamic-<part>.md and .json.
@@ -50,7 +53,8 @@ ZOO = ["resnet50", "resnet101", "bert-base", "efficientnet_b4", "vit_b_16", "mob
 SIZES = {"efficientnet_b4": (380, 300), "bert-base": (128, 64), "gpt2": (128, 64), "vit_b_16": (1, 2),
          "ocr_recognizer": (320, 640), "yolo_detector": (640, 320)}
 DEFAULT_SIZES = (224, 160)
-STREAM_WIDTHS = (100, 800)
+# per stream model, the range its sizes are drawn from: a text line's width, a text's tokens
+STREAMS = {"ocr_recognizer": (100, 800), "bert-base": (16, 256)}
 
 
 def export(name: str, out: Path, size: int | None = None) -> str:
@@ -124,12 +128,13 @@ def zoo_table(rows: list[dict]) -> str:
 # ---- stream --------------------------------------------------------------------------------
 
 def stream(out: Path, args) -> list[dict]:
-    """Each system compiled once; three passes over the same 100 lines, the systems in turn;
+    """Each system compiled once; three passes over the same 100 inputs, the systems in turn;
     each pass a fresh compile (so every width is new to it), total seconds of the 100 calls."""
-    name = "ocr_recognizer"
+    name = args.stream_model
     path = export(name, out)
     rng = np.random.default_rng(0)
-    widths = [int(w) for w in rng.integers(STREAM_WIDTHS[0], STREAM_WIDTHS[1] + 1, 100)]
+    low, high = STREAMS[name]
+    widths = [int(w) for w in rng.integers(low, high + 1, 100)]
     lines = [models.inputs_at(name, w) for w in widths]
     makers = {"autofusion": lambda: Autofusion(2), "ORT (all)": lambda: OnnxRuntime("ORT_ENABLE_ALL"),
               "OpenVINO f32": lambda: OpenVino("fp32")}
@@ -172,7 +177,7 @@ def stream_table(rows: list[dict]) -> str:
     r = rows[0]
     m = r["median_total_s"]
     ours = m.get("autofusion")
-    lines = ["| system | total over 100 lines (s, median of passes) | autofusion's speed against it |",
+    lines = ["| system | total over 100 inputs (s, median of passes) | autofusion's speed against it |",
              "|---|---:|---:|"]
     for k, v in m.items():
         lines.append(f"| {k} | {v:.3f} | {v / ours:.2f}x |" if ours else f"| {k} | {v:.3f} | — |")
@@ -227,11 +232,16 @@ def _autofusion_compile(autofusion, runtime: Path, path: str, feeds: dict) -> di
             model = autofusion.compile(path)
             warm = time.perf_counter() - start
             new, calls = first_calls(lambda f: model(**f), feeds)
-            # the call at which the sizes get a build of their own (library.SPECIALISE_AT)
+            # the call at which the sizes get a build of their own (library.SPECIALISE_AT), and
+            # a call of the build for any size against a steady one of their own
             at = library.SPECIALISE_AT - 2
-            own = calls[at] - float(np.median(calls)) if 0 <= at < len(calls) else 0.0
-            return {"autofusion cold": cold, "autofusion warm": warm, "autofusion new size": new,
-                    "autofusion own code": own}
+            steady = float(np.median(calls[at + 1:])) if 0 <= at < len(calls) - 1 else float(np.median(calls))
+            times = {"autofusion cold": cold, "autofusion warm": warm, "autofusion new size": new}
+            if 0 <= at < len(calls) - 1:
+                times["autofusion own code"] = calls[at] - steady
+                if at > 0:
+                    times["any size / own"] = calls[0] / steady
+            return times
         finally:
             del os.environ["AUTOFUSION_CACHE_DIR"]
 
@@ -261,11 +271,16 @@ def first_calls(call, feeds: dict[int, dict]) -> tuple[float, list[float]]:
 
 def compile_table(rows: list[dict]) -> str:
     keys = ["autofusion cold", "autofusion warm", "ORT", "OpenVINO f32", "autofusion new size",
-            "autofusion own code", "ORT new size", "OpenVINO f32 new size"]
+            "autofusion own code", "any size / own", "ORT new size", "OpenVINO f32 new size"]
     lines = ["| model | " + " | ".join(keys) + " |", "|---|" + "---:|" * len(keys)]
     for r in rows:
-        cells = [f"{r[k] * 1e3:.0f} ms" if ("new size" in k or "own code" in k) and isinstance(r.get(k), float) else
-                 f"{r[k]:.2f} s" if isinstance(r.get(k), float) else str(r.get(k, "—")) for k in keys]
+        def cell(k):
+            v = r.get(k)
+            if not isinstance(v, float):
+                return "—"
+            return f"{v:.2f}x" if k == "any size / own" else \
+                f"{v * 1e3:.0f} ms" if "new size" in k or "own code" in k else f"{v:.2f} s"
+        cells = [cell(k) for k in keys]
         lines.append(f"| {r['model']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -279,7 +294,10 @@ def main(argv=None) -> None:
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--block", type=int, default=5)
     p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--passes", type=int, default=3, help="stream: passes over the 100 lines")
+    p.add_argument("--passes", type=int, default=3, help="stream: passes over the 100 inputs")
+    p.add_argument("--stream-model", choices=list(STREAMS), default="ocr_recognizer",
+                   help="stream: the model (the text recognizer over widths 100-800, BERT-Base over "
+                        "16-256 tokens)")
     p.add_argument("--compile-rounds", type=int, default=3, help="compile: rounds, each measure their median")
     p.add_argument("--specialise-at", type=int, default=library.SPECIALISE_AT,
                    help="the call at which a set of sizes gets native code of its own (1: at once, as "

@@ -189,6 +189,10 @@ class NativePartition:
         self._building = threading.Lock()   # the cache's order, and a new context
         self.last: BuiltPartition | None = None
         self.last_sizes: dict[str, int] = {}
+        # profiling: whether builds count their steps' time, and what builds dropped while they
+        # did counted (a build for any size replaced by the sizes' own, a size the cache let go)
+        self.profiling = False
+        self.dropped_seconds = [0.0] * program.steps
         self._last_key: tuple | None = None
         if not self.symbols:   # built at once, for the compile's thread count
             threads = torch.get_num_threads()
@@ -241,14 +245,21 @@ class NativePartition:
                     raise SizesOutOfReach(f"sizes {dict(zip(self.symbols, key))} {why}")
                 builds = self.built[key] = {}
                 if len(self.built) > self.cache:
-                    self.calls.pop(self.built.popitem(last=False)[0], None)
+                    old, dropped = self.built.popitem(last=False)
+                    self.calls.pop(old, None)
+                    for b in dropped.values():
+                        self._drop(b)
             else:
                 self.built.move_to_end(key)
             calls = self.calls[key] = self.calls.get(key, 0) + 1
             any_size = bool(self.symbols) and calls < SPECIALISE_AT
             built = builds.get(context)
         if built is None or built.any_size != any_size:   # outside the lock: another context may build
+            if built is not None:
+                self._drop(built)
             built = builds[context] = BuiltPartition(self, key, self.arenas[context], streams, threads, any_size)
+            if self.profiling:
+                built.profile(True)
         self.last = built
         if (key, any_size) != self._last_key:   # a build in another context says nothing new
             self._last_key, self.last_sizes = (key, any_size), dict(zip(self.symbols, key))
@@ -269,14 +280,22 @@ class NativePartition:
         return [b for per_context in list(self.built.values()) for b in list(per_context.values())]
 
     def profile(self, on: bool) -> None:
+        self.profiling = on
+        if on:
+            self.dropped_seconds = [0.0] * self.program.steps
         for built in self.builds():
             built.profile(on)
+
+    def _drop(self, built: "BuiltPartition") -> None:
+        """A build leaving the partition: what it counted while profiling stays counted."""
+        if self.profiling:
+            self.dropped_seconds = [a + b for a, b in zip(self.dropped_seconds, built.step_seconds())]
 
     def step_seconds(self) -> list[float]:
         """Per step, the seconds counted since profiling was turned on, over every set of sizes
         and context."""
-        counts = [b.step_seconds() for b in self.builds()]
-        return [sum(c) for c in zip(*counts)] if counts else [0.0] * self.program.steps
+        counts = [b.step_seconds() for b in self.builds()] + [self.dropped_seconds]
+        return [sum(c) for c in zip(*counts)]
 
 
 class BuiltPartition:

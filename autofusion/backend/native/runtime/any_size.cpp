@@ -44,8 +44,6 @@ memory::desc in_order_at_run_time(const memory::desc& md) {
   return memory::desc(Dims(order.size(), DNNL_RUNTIME_DIM_VAL), md.get_data_type(), found->second);
 }
 
-}  // namespace
-
 // md with every dim but its last one taken at run time; a zero desc where md is not dense
 // row-major f32 (run-time dims are those of a plain layout)
 memory::desc rows_at_run_time(const memory::desc& md) {
@@ -55,9 +53,11 @@ memory::desc rows_at_run_time(const memory::desc& md) {
   return row_major_tag(dims);
 }
 
-// the product act(x·w + b) of f32 x [rows, k] and w [k, n] into y [rows, n], its rows taken at run
-// time; none where oneDNN has no such product for these (the step then makes one for its sizes)
-// (sum: y's own values added first, as a sum post-op)
+}  // namespace
+
+// the product act(x·w + b [+ y, with sum]) of f32 x [rows, k] and w [k, n] into y [rows, n], its
+// rows taken at run time; none where oneDNN has no such product for these (the step then makes
+// one for its sizes)
 std::optional<dnnl::matmul::primitive_desc> Partition::Impl::product_for_any_rows(
     const memory::desc& x_md, const memory::desc& w_md, bool bias, const memory::desc& y_md, const Acts& acts,
     bool sum) {

@@ -58,7 +58,6 @@ struct DeconvWeight {
 };
 DeconvWeight deconv_weight(const Dims& onnx, int64_t groups);
 size_t align_up(size_t n);
-memory::desc rows_at_run_time(const memory::desc& md);   // any_size.cpp
 memory::desc in_order_of(const memory::desc& b, const memory::desc& a);
 
 // ---- activations (steps.cpp): oneDNN's forms of the runtime's enums
