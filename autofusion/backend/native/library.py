@@ -16,6 +16,7 @@ import ctypes
 import functools
 import math
 import threading
+import time
 import weakref
 from collections import OrderedDict
 from pathlib import Path
@@ -138,13 +139,16 @@ class SizesOutOfReach(Exception):
 
 
 SIZE_CACHE = 8   # sets of sizes a native partition keeps built, by default (controls.py)
-# A set of sizes' first calls run a build made for any size (runtime/any_size.cpp: its products
-# take their rows at run time, its convolutions are such a product over im2col's rows: nothing
-# generated for these sizes, ~0.5 ms to set up a small recognizer against ~7), and its call
-# number SPECIALISE_AT one made for its own sizes (oneDNN's JIT convolutions and products, up to
-# a fifth faster a call). Sizes that recur are worth their own code; a stream of new ones (a text
-# recognizer's line widths) never waits for it.
+# A set of sizes' first calls run a build made for any size (runtime/any_size.cpp: products that
+# take their rows at run time, convolutions as products over im2col tiles: nothing generated for
+# these sizes, ~0.5 ms to set up a small recognizer against ~7), and its call number
+# SPECIALISE_AT one made for its own sizes (oneDNN's code for them: CNNs 1.2-1.4x faster a call,
+# transformers as fast). Sizes that recur are worth their own code; a stream of new ones (a text
+# recognizer's line widths) never waits for it (docs/runtime.md, "What a new size costs"). Sizes
+# whose call for any size took LONG_CALL seconds or more get theirs at their second call: their
+# code (~0.3 ms a convolution or product) is then a small part of the call it speeds up.
 SPECIALISE_AT = 3
+LONG_CALL = 0.005
 
 
 class NativePartition:
@@ -236,7 +240,8 @@ class NativePartition:
         """The partition built for these values of self.symbols, in this execution context (which
         the caller holds): made on first use (no compiler runs; on one of `streams` where given,
         for teams of `threads`), for any size until the sizes' call number SPECIALISE_AT, then
-        for them; the most recent `cache` sets of sizes kept."""
+        for them (at the second where a call for any size took LONG_CALL); the most recent
+        `cache` sets of sizes kept."""
         with self._building:
             builds = self.built.get(key)
             if builds is None:
@@ -252,8 +257,9 @@ class NativePartition:
             else:
                 self.built.move_to_end(key)
             calls = self.calls[key] = self.calls.get(key, 0) + 1
-            any_size = bool(self.symbols) and calls < SPECIALISE_AT
             built = builds.get(context)
+            long_call = built is not None and built.run_seconds >= LONG_CALL
+            any_size = bool(self.symbols) and calls < SPECIALISE_AT and not (calls > 1 and long_call)
         if built is None or built.any_size != any_size:   # outside the lock: another context may build
             if built is not None:
                 self._drop(built)
@@ -316,6 +322,7 @@ class BuiltPartition:
         args = (words.ctypes.data, len(words), partition.strings, partition.constant_pointers, partition.shared, arena,
                 partition.table.pointers if partition.table is not None else None, int(any_size))
         self.any_size = any_size
+        self.run_seconds = 0.0   # the last run's, for a build for any size (SPECIALISE_AT)
         handle = lib.af_build(*args) if streams is None else lib.af_build_on(streams.handle, threads, *args)
         if not handle:
             node, message = self._node_of(library.error())
@@ -338,7 +345,7 @@ class BuiltPartition:
         # allocator's code is out of cache and its first tensor costs ~50 µs (MobileNetV3-L),
         # the next ones a few
         out_bytes = sum(math.prod(s) * t.itemsize for s, t in zip(self.out_shapes, self.out_dtypes))
-        self._batch = max(1, min(OUTPUT_BATCH, OUTPUT_BATCH_BYTES // max(out_bytes, 1)))
+        self._batch = 1 if any_size else max(1, min(OUTPUT_BATCH, OUTPUT_BATCH_BYTES // max(out_bytes, 1)))
         self._made: list[list[torch.Tensor]] = []
 
     def _node_of(self, message: str) -> tuple[Node | None, str]:
@@ -371,11 +378,14 @@ class BuiltPartition:
                 self._in_ptrs[k] = x.data_ptr()
             for k, o in enumerate(outs):
                 self._out_ptrs[k] = o.data_ptr()
+            start = time.perf_counter()
             if streams is None:
                 rc = self._run(self.handle, self._in_ptrs, self._out_ptrs, check_finite, -1)
             else:
                 rc = self._run_on(streams.handle, threads or torch.get_num_threads(), self.handle, self._in_ptrs,
                                   self._out_ptrs, check_finite)
+            if self.any_size:
+                self.run_seconds = time.perf_counter() - start
             if rc == NOT_FINITE:
                 self._made.append(outs)
                 return None

@@ -300,10 +300,11 @@ def test_a_size_only_the_run_knows_is_read_off_the_next_partitions_input():
     assert {key[0] for key in part.built} == counts
 
 
-def test_a_first_call_runs_steps_made_for_any_size_and_a_recurring_size_its_own(case):
+def test_a_first_call_runs_steps_made_for_any_size_and_a_recurring_size_its_own(case, monkeypatch):
     """A set of sizes' first calls run a build whose products take their rows at run time (no
     code made for the sizes); its call number SPECIALISE_AT a build made for them. Both equal
     to ONNX Runtime."""
+    monkeypatch.setattr(library, "LONG_CALL", float("inf"))
     name, path, feeds = case
     model = autofusion.compile(path, backend="native")
     (part,) = model.program.native.values()
@@ -321,6 +322,23 @@ def test_a_first_call_runs_steps_made_for_any_size_and_a_recurring_size_its_own(
     if name in ("detector", "paddle"):   # plain convolutions only: each im2col and a product
         convs = [k for n, k in zip(part.node_list, any_size_kernels) if n.op == "autofusion::FusedConv" or n.op == "Conv"]
         assert convs and all(("im2col" in k or "gemm:jit" in k) and "conv" not in k for k in convs), convs
+
+
+def test_sizes_whose_call_for_any_size_was_long_get_their_own_code_at_their_second_call(tmp_path, monkeypatch):
+    path = CASES["cnn"][0](tmp_path / "cnn.onnx")
+    model = autofusion.compile(path, backend="native")
+    (part,) = model.program.native.values()
+    feed = image(1, 40, 40)
+    monkeypatch.setattr(library, "LONG_CALL", float("inf"))
+    model.run(feed)
+    model.run(feed)
+    assert part.last.any_size and part.calls[(1, 40, 40)] == 2   # short calls: their own at the third
+    monkeypatch.setattr(library, "LONG_CALL", 0.0)
+    other = image(1, 48, 40)
+    model.run(other)
+    assert part.last.any_size
+    model.run(other)
+    assert not part.last.any_size   # a long call: its own at the second
 
 
 @pytest.mark.parametrize("kernel, stride, pads, channels", [
