@@ -231,16 +231,22 @@ def _autofusion_compile(autofusion, runtime: Path, path: str, feeds: dict) -> di
             start = time.perf_counter()
             model = autofusion.compile(path)
             warm = time.perf_counter() - start
-            new, calls = first_calls(lambda f: model(**f), feeds)
-            # the call at which the sizes get a build of their own (library.SPECIALISE_AT), and
-            # a call of the build for any size against a steady one of their own
-            at = library.SPECIALISE_AT - 2
-            steady = float(np.median(calls[at + 1:])) if 0 <= at < len(calls) - 1 else float(np.median(calls))
+            parts = [p for p in model.program.native.values() if p.symbols]
+            new, calls, kinds = first_calls(lambda f: model(**f), feeds,
+                                            lambda: tuple(p.last is not None and p.last.any_size for p in parts))
+            # the calls at which a partition got a build of the sizes' own (library.SPECIALISE_AT,
+            # or LONG_CALL), and a call of builds for any size against a steady one of their own
             times = {"autofusion cold": cold, "autofusion warm": warm, "autofusion new size": new}
-            if 0 <= at < len(calls) - 1:
-                times["autofusion own code"] = calls[at] - steady
-                if at > 0:
-                    times["any size / own"] = calls[0] / steady
+            state, turns = (True,) * len(parts), []   # after the first call at the size: all for any size
+            for i, k in enumerate(kinds):
+                if k != state:
+                    turns.append(i)
+                    state = k
+            if turns and turns[-1] + 1 < len(calls):
+                steady = float(np.median(calls[turns[-1] + 1:]))
+                times["autofusion own code"] = sum(calls[i] - steady for i in turns)
+                if turns[0] > 0:
+                    times["any size / own"] = float(np.median(calls[:turns[0]])) / steady
             return times
         finally:
             del os.environ["AUTOFUSION_CACHE_DIR"]
@@ -252,21 +258,22 @@ def first_call(call, feeds: dict[int, dict]) -> float:
     return first_calls(call, feeds)[0]
 
 
-def first_calls(call, feeds: dict[int, dict]) -> tuple[float, list[float]]:
-    """first_call's measure, and the seconds of the five calls after it at that size (their
-    median the steady call)."""
+def first_calls(call, feeds: dict[int, dict], kind=None) -> tuple[float, list[float], list]:
+    """first_call's measure, the seconds of the five calls after it at that size (their median
+    the steady call), and what kind() says after each of them."""
     first, other = feeds
     for _ in range(3):
         call(feeds[first])
     start = time.perf_counter()
     call(feeds[other])
     new = time.perf_counter() - start
-    after = []
+    after, kinds = [], []
     for _ in range(5):
         start = time.perf_counter()
         call(feeds[other])
         after.append(time.perf_counter() - start)
-    return new - float(np.median(after)), after
+        kinds.append(kind() if kind is not None else None)
+    return new - float(np.median(after)), after, kinds
 
 
 def compile_table(rows: list[dict]) -> str:
