@@ -128,19 +128,20 @@ def zoo_table(rows: list[dict]) -> str:
 # ---- stream --------------------------------------------------------------------------------
 
 def stream(out: Path, args) -> list[dict]:
-    """Each system compiled once; three passes over the same 100 inputs, the systems in turn;
-    each pass a fresh compile (so every width is new to it), total seconds of the 100 calls."""
+    """Passes over 100 inputs of random sizes (other ones each pass), the systems in turn over
+    each; each system compiled afresh for each pass; total seconds of the 100 calls."""
     name = args.stream_model
     path = export(name, out)
-    rng = np.random.default_rng(0)
     low, high = STREAMS[name]
-    widths = [int(w) for w in rng.integers(low, high + 1, 100)]
-    lines = [models.inputs_at(name, w) for w in widths]
+    # other sizes each pass (the systems in turn over the same ones): oneDNN's primitive cache is
+    # the process's, and a size an earlier pass set up would find its primitives made
+    passes = [[int(w) for w in np.random.default_rng(k).integers(low, high + 1, 100)] for k in range(args.passes)]
     makers = {"autofusion": lambda: Autofusion(2), "ORT (all)": lambda: OnnxRuntime("ORT_ENABLE_ALL"),
               "OpenVINO f32": lambda: OpenVino("fp32")}
     totals: dict[str, list[float]] = {k: [] for k in makers}
     errors: dict[str, str] = {}
-    for _ in range(args.passes):
+    for widths in passes:
+        lines = [models.inputs_at(name, w) for w in widths]
         for label, make in makers.items():
             if label in errors:
                 continue
@@ -156,7 +157,7 @@ def stream(out: Path, args) -> list[dict]:
                 errors[label] = short_error(e)
             del system
             time.sleep(0.5)
-    row = {"model": name, "widths": widths, "total_s": totals, "errors": errors,
+    row = {"model": name, "widths": passes, "total_s": totals, "errors": errors,
            "median_total_s": {k: float(np.median(v)) for k, v in totals.items() if v}}
     print(json.dumps({k: v for k, v in row.items() if k != "widths"}), flush=True)
     return [row]
@@ -196,10 +197,13 @@ def compile_times(names: list[str], out: Path, args) -> list[dict]:
     for name in names:
         path = export(name, out)
         first, other = SIZES.get(name, DEFAULT_SIZES)
-        feeds = {s: {k: v for k, v in models.inputs_at(name, s).items()} for s in (first, other)}
         times: dict[str, list[float]] = {}
         errors: dict[str, str] = {}
-        for _ in range(args.compile_rounds):
+        for r in range(args.compile_rounds):
+            # a new size each round: oneDNN's primitive cache is the process's, and a size an
+            # earlier round set up would find its primitives made
+            new = other - r * (32 if other >= 128 else 8) if other >= 32 else other + r
+            feeds = {s: models.inputs_at(name, s) for s in (first, new)}
             for label, seconds in _autofusion_compile(autofusion, runtime, path, feeds).items():
                 times.setdefault(label, []).append(seconds)
             for label, system in (("ORT", OnnxRuntime("ORT_ENABLE_ALL")), ("OpenVINO f32", OpenVino("fp32"))):

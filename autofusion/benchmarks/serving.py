@@ -73,6 +73,11 @@ def make_calls(system: str, path: str, name: str, precision: str, clients: int, 
     compiled = ov.Core().compile_model(path, "CPU", config)
     requests = [compiled.create_infer_request() for _ in range(clients)]
     ports = [[a[next(n for n in port.get_names() if n in a)] for port in compiled.inputs] for a in arrays]
+    # a first infer on this thread: OpenVINO 2026.4's Python binding initialises a function-local
+    # static on its first infer, and client threads doing so at once hang for good (one holds
+    # the static's guard waiting for the GIL, another the GIL waiting for the guard: seen with 4
+    # clients in bf16, no CPU used)
+    requests[0].infer(ports[0], share_inputs=True)
     return [lambda r=r, p=p: r.infer(p, share_inputs=True) for r, p in zip(requests, ports)]
 
 
