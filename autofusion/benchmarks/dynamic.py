@@ -18,6 +18,8 @@ dynamic file.
              ORT's session creation and OpenVINO's compile_model, and their first call at a new
              size less a steady one; each the median of --compile-rounds rounds, the systems in
              turn within a round
+    builds   each model at its two sizes: steady calls of builds for any size against builds of
+             the sizes' own (docs/runtime.md, "What a new size costs"), alternated in blocks
     --specialise-at 1 gives every set of sizes its own code at its first call (as before builds
     for any size), for a before/after in one command.
 
@@ -122,6 +124,50 @@ def zoo_table(rows: list[dict]) -> str:
         lines.append(f"| {r['model']} | {r['size']} | {cell('autofusion (dynamic file)')} | "
                      f"{cell('autofusion (static file)')} | {cell('ORT (all)')} | {cell('OpenVINO f32')} | "
                      f"{ratio('vs_best_peer')} | {ratio('vs_static')} |")
+    return "\n".join(lines)
+
+
+# ---- builds --------------------------------------------------------------------------------
+
+def builds(names: list[str], out: Path, args) -> list[dict]:
+    """Per model and size, steady calls of two compiles of the dynamic file: one whose builds stay
+    for any size, one whose builds are the sizes' own (library.SPECIALISE_AT, set before each of
+    its calls), alternated in blocks."""
+    rows = []
+    for name in names:
+        path = export(name, out)
+        for size in SIZES.get(name, DEFAULT_SIZES):
+            systems = {"for any size": Autofusion(2), "own": Autofusion(2)}
+            for system in systems.values():
+                system.load(case(name, path, size, args.threads))
+                system.compile()
+
+            def at(system, specialise_at: int, long_call: float):
+                def run():
+                    library.SPECIALISE_AT, library.LONG_CALL = specialise_at, long_call
+                    return system.run()
+                return run
+            ready = {"for any size": at(systems["for any size"], 1 << 30, float("inf")),
+                     "own": at(systems["own"], 1, library.LONG_CALL)}
+            times = time_in_blocks(ready, rounds=args.rounds, block=args.block, warmup=args.warmup, pause_s=0.2,
+                                   describe_error=short_error)
+            rounds = {k: timing.round_medians(v, args.block) for k, v in times.samples.items() if v}
+            row = {"model": name, "size": size, "median_ms": {k: float(np.median(v)) for k, v in rounds.items()},
+                   "errors": times.errors}
+            if len(rounds) == 2:
+                row["any_over_own"] = timing.paired_ratio(rounds["for any size"], rounds["own"])
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    return rows
+
+
+def builds_table(rows: list[dict]) -> str:
+    lines = ["| model | size | for any size (ms) | own (ms) | for any size / own |", "|---|---:|---:|---:|---:|"]
+    for r in rows:
+        m = r["median_ms"]
+        cell = lambda k: f"{m[k]:.2f}" if k in m else "—"   # noqa: E731
+        ratio = f"{r['any_over_own']:.2f}x" if "any_over_own" in r else "—"
+        lines.append(f"| {r['model']} | {r['size']} | {cell('for any size')} | {cell('own')} | {ratio} |")
     return "\n".join(lines)
 
 
@@ -299,8 +345,8 @@ def compile_table(rows: list[dict]) -> str:
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m autofusion.benchmarks.dynamic", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--part", choices=["zoo", "stream", "compile"], default="zoo")
-    p.add_argument("--models", default=",".join(ZOO), help="comma-separated (zoo and compile)")
+    p.add_argument("--part", choices=["zoo", "stream", "compile", "builds"], default="zoo")
+    p.add_argument("--models", default=",".join(ZOO), help="comma-separated (zoo, compile and builds)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--block", type=int, default=5)
@@ -320,9 +366,12 @@ def main(argv=None) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     names = [n for n in args.models.split(",") if n]
-    rows = zoo(names, out, args) if args.part == "zoo" else stream(out, args) if args.part == "stream" \
-        else compile_times(names, out, args)
-    table = {"zoo": zoo_table, "stream": stream_table, "compile": compile_table}[args.part](rows)
+    parts = {"zoo": (lambda: zoo(names, out, args), zoo_table), "stream": (lambda: stream(out, args), stream_table),
+             "compile": (lambda: compile_times(names, out, args), compile_table),
+             "builds": (lambda: builds(names, out, args), builds_table)}
+    run, table_of = parts[args.part]
+    rows = run()
+    table = table_of(rows)
     print(table)
     stamp = time.strftime("%Y-%m-%d")
     (out / f"dynamic-{args.part}-{stamp}.md").write_text(table + "\n")
