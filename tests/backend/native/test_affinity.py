@@ -59,7 +59,7 @@ def test_a_models_call_pins_its_worker_and_a_user_binding_or_the_switch_prevents
     before = torch.get_num_threads()
     try:
         for env in ({"AUTOFUSION_PIN_THREADS": "0"}, {"OMP_PROC_BIND": "close"}, {}):
-            monkeypatch.setattr(affinity, "_pinned", {})
+            monkeypatch.setattr(affinity, "_pinned", threading.local())
             for name in ("AUTOFUSION_PIN_THREADS", *affinity.USER_BINDING):
                 monkeypatch.delenv(name, raising=False)
             for name, value in env.items():
@@ -86,6 +86,37 @@ def test_a_models_call_pins_its_worker_and_a_user_binding_or_the_switch_prevents
         assert os.sched_getaffinity(0) == set(want)   # the caller's thread stays free
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.mark.skipif(unavailable() is not None, reason=f"no native code: {unavailable()}")
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) != 2, reason="for a process with 2 CPUs")
+def test_a_thread_pins_its_own_team_though_a_finished_thread_had_its_ident(monkeypatch):
+    """Python gives a finished thread's ident to a later one: a pool pinned for the first is not
+    the later one's (libgomp makes each thread's pool anew), so the later one pins its own."""
+    from autofusion.backend.native import build, runtime
+    library = runtime(build.toolchain())
+    monkeypatch.delenv("AUTOFUSION_PIN_THREADS", raising=False)
+    for name in affinity.USER_BINDING:
+        monkeypatch.delenv(name, raising=False)
+    want = affinity.worker_cpus(2, os.sched_getaffinity(0))
+    found = []
+
+    def pin():
+        me = threading.get_native_id()
+        before = set(os.listdir("/proc/self/task"))
+        cpus = affinity.pin_workers(library, 2)
+        made = set(os.listdir("/proc/self/task")) - before   # this thread's pool, made by the pinning
+        found.append((threading.get_ident(), cpus, [os.sched_getaffinity(int(t)) for t in made if int(t) != me]))
+
+    for _ in range(32):   # threads one after another until an ident comes back
+        t = threading.Thread(target=pin)
+        t.start()
+        t.join()
+        if len({ident for ident, _, _ in found}) < len(found):
+            break
+    else:
+        pytest.skip("no thread ident came back in 32 threads")
+    assert all(cpus == want and made == [{want[1]}] for _, cpus, made in found), found   # each its own pinned worker
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="for a process with 2 CPUs or more")
