@@ -396,3 +396,26 @@ def test_a_new_size_makes_no_code_for_its_convolutions_and_products(tmp_path):
     made = [line for line in after.splitlines() if "create:cache_miss" in line and
             (",convolution," in line or ",matmul," in line)]
     assert not made, "\n".join(made)
+
+
+def test_the_size_check_probes_nodes_alike_once_and_still_refuses_sizes_that_do_not_fit():
+    """Layers alike (the same op and shapes, weights of more than SMALL_CONSTANT values) are one
+    probe; a call whose sizes contradict the graph is still an error naming a node."""
+    from autofusion.backend import sizes
+    ws = [numpy_helper.from_array(RNG.standard_normal((16, 16)).astype(np.float32), f"w{i}") for i in range(3)]
+    nodes, last = [], "x"
+    for i in range(3):   # the first reads [n, k], the other two [n, 16]: those two alike
+        nodes += [helper.make_node("MatMul", [last, f"w{i}"], [f"m{i}"]), helper.make_node("Relu", [f"m{i}"], [f"r{i}"])]
+        last = f"r{i}"
+    g = helper.make_graph(nodes, "layers", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", "k"])],
+                          [helper.make_tensor_value_info("r2", TensorProto.FLOAT, None)], ws)
+    onnx_model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model = autofusion.compile(onnx_model, backend="native")
+    session = ort.InferenceSession(onnx_model.SerializeToString(), providers=["CPUExecutionProvider"])
+    x = RNG.standard_normal((3, 16)).astype(np.float32)
+    np.testing.assert_allclose(model.run({"x": x})["r2"], session.run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)
+    check = model._check_sizes
+    assert len(check.nodes) == 3 and len(check._probes) == 2
+    assert sizes.SMALL_CONSTANT < 16 * 16
+    with pytest.raises(autofusion.AutofusionError, match="do not fit"):
+        model.run({"x": RNG.standard_normal((3, 8)).astype(np.float32)})
