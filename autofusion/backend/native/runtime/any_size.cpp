@@ -2,9 +2,10 @@
 // up for them generates no code. oneDNN's convolutions and its brgemm products are code made for
 // one shape (a new width of a text line: ~0.5 ms of JIT per convolution, ~7 ms for a small
 // recognizer); its gemm product takes its rows at run time, so one primitive serves every size
-// and, made once, comes from oneDNN's primitive cache after. A convolution becomes that product
-// over the image's patches laid out as rows (im2col.h). library.py decides when a build is made
-// for any size and when for its own sizes.
+// and, made once, comes from oneDNN's primitive cache after. A convolution becomes products over
+// the image's patches laid out as rows (im2col.h), tile by tile of a fixed number of rows, by one
+// brgemm product made for a tile. library.py decides when a build is made for any size and when
+// for its own sizes.
 #include "partition.h"
 
 #include "im2col.h"
@@ -12,6 +13,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 
 namespace af {
