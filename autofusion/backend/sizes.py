@@ -80,10 +80,10 @@ class SizesCheck:
             return tuple(out)
         probes: dict = {}
         for n in self.nodes:
-            ins, outs = [None if v is None else slots(v.shape) for v in n.inputs], [slots(v.shape) for v in n.outputs]
-            key = _alike(n)
+            key = _alike(n) or id(n)   # a node with a subgraph attribute: a probe of its own
             if key not in probes:
-                probes[key if key is not None else id(n)] = _Probe(n, ins, outs)
+                probes[key] = _Probe(n, [None if v is None else slots(v.shape) for v in n.inputs],
+                                     [slots(v.shape) for v in n.outputs])
         self._probes = list(probes.values())
         self._dims = compile_sizes(dims, names) if dims else None
 

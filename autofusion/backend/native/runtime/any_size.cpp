@@ -271,17 +271,19 @@ bool Partition::Impl::conv_for_any_size(int dst, int src, int w, int b, const Di
       const int id = omp_get_thread_num();
       float* patches = buffer + int64_t(id) * per_thread;
       float* results = patches + tile * k;
-      const memory scratchpad(t->scratchpad, t->eng, patches + per_thread - pad);
+      // this thread's arguments, made once a call; each tile moves the result's to its rows
+      std::unordered_map<int, memory> at{{DNNL_ARG_SRC, memory(t->patches, t->eng, patches)},
+                                         {DNNL_ARG_WEIGHTS, self.bound.at(DNNL_ARG_WEIGHTS)},
+                                         {DNNL_ARG_DST, memory(t->results, t->eng, results)},
+                                         {DNNL_ARG_SCRATCHPAD, memory(t->scratchpad, t->eng, patches + per_thread - pad)}};
+      if (bias != self.bound.end()) at[DNNL_ARG_BIAS] = bias->second;
+      memory& written = at.at(DNNL_ARG_DST);
 #pragma omp for schedule(static)
       for (int64_t i = 0; i < tiles; ++i) {
         const bool whole = i + 1 < tiles || last == tile;
         im2col(image, patches, p, i * tile, whole ? tile : last);
         float* to = result + i * tile * o;
-        std::unordered_map<int, memory> at{{DNNL_ARG_SRC, memory(t->patches, t->eng, patches)},
-                                           {DNNL_ARG_WEIGHTS, self.bound.at(DNNL_ARG_WEIGHTS)},
-                                           {DNNL_ARG_DST, memory(t->results, t->eng, whole ? to : results)},
-                                           {DNNL_ARG_SCRATCHPAD, scratchpad}};
-        if (bias != self.bound.end()) at[DNNL_ARG_BIAS] = bias->second;
+        written.set_data_handle(whole ? to : results);
         try {
           t->product.execute(t->streams[id], at);   // inside a parallel region: on this thread
         } catch (const std::exception& err) {      // not out of the parallel region
