@@ -56,8 +56,8 @@ def feeds_for(model: onnx.ModelProto, steps: int) -> dict[str, np.ndarray]:
     return out
 
 
-def check(model: onnx.ModelProto, *steps: int) -> None:
-    compiled = autofusion.compile(model, level=0, backend="native")
+def check(model: onnx.ModelProto, *steps: int, threads: int | None = None):
+    compiled = autofusion.compile(model, level=0, backend="native", threads=threads)
     (node,) = compiled.graph.nodes
     assert compiled.plan.decisions[node].impl.target == "native", compiled.plan.decisions[node].refused
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
@@ -68,6 +68,7 @@ def check(model: onnx.ModelProto, *steps: int) -> None:
         for o, w in zip(model.graph.output, want):
             assert got[o.name].shape == w.shape
             np.testing.assert_allclose(got[o.name], w, rtol=1e-5, atol=1e-5, err_msg=o.name)
+    return compiled
 
 
 @pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
@@ -83,6 +84,16 @@ def test_any_of_its_outputs_alone(outputs):
 
 def test_a_symbolic_sequence_length():
     check(lstm_model("steps", 1, 8, 12, "bidirectional", initial=True), 3, 11, 1)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("initial", [False, True])
+def test_a_bidirectional_lstm_runs_its_directions_at_once_on_two_threads(threads, initial):
+    """Two one-direction primitives side by side, each writing its half of Y and its direction's
+    state (lstm.cpp): every output equal to ORT's; one primitive on one thread."""
+    compiled = check(lstm_model("steps", 3, 6, 16, "bidirectional", initial=initial), 9, 2, threads=threads)
+    (kernel,) = compiled.plan.kernels.values()
+    assert ("two directions at once" in kernel) == (threads == 2), kernel
 
 
 @pytest.mark.parametrize("kw, reason", [

@@ -169,15 +169,16 @@ struct Exec {
 // take the lock; runs only read.
 struct Shared {
   std::mutex lock;
-  std::vector<std::tuple<int, memory::desc, memory>> laid_out;   // (slot, layout, the values)
+  // (slot, part, layout, the values): part, where a step lays out a constant's parts apart
+  std::vector<std::tuple<int, int, memory::desc, memory>> laid_out;
 
   template <class Make>
-  memory as(int slot, const memory::desc& md, Make make) {
+  memory as(int slot, const memory::desc& md, Make make, int part = -1) {
     std::lock_guard<std::mutex> held(lock);
-    for (auto& [s, d, m] : laid_out)
-      if (s == slot && d == md) return m;
-    laid_out.emplace_back(slot, md, make());
-    return std::get<2>(laid_out.back());
+    for (auto& [s, p, d, m] : laid_out)
+      if (s == slot && p == part && d == md) return m;
+    laid_out.emplace_back(slot, part, md, make());
+    return std::get<3>(laid_out.back());
   }
 };
 
@@ -293,6 +294,7 @@ struct Partition::Impl {
   int write_over(int dst, int src, bool in_place);
   memory constant_as(int id, const memory::desc& md);
   memory constant_as(int id, const memory::desc& seen_as, const memory::desc& md);
+  memory constant_part_as(int id, int part, int parts, const memory::desc& md);
 
   // ---- steps (steps.cpp)
   void decide(const std::string& choice);
@@ -316,6 +318,10 @@ struct Partition::Impl {
   bool conv_for_any_size(int dst, int src, int w, int b, const Dims& strides, const Dims& pad_begin,
                          const Dims& pad_end, const Acts& acts);
   static constexpr int64_t PATCH_TILE_BYTES = int64_t(256) << 10;   // one thread's rows of patches
+
+  // ---- recurrent (lstm.cpp)
+  bool lstm_directions_at_once(int out, int h, int c, int x, int w, int r, int b, int h0, int c0);
+  static constexpr int64_t SMALL_LSTM_STEP = int64_t(1) << 20;   // a time step's multiply-adds, batch·4H·H
 
   // ---- int8 (quantized.cpp)
   // dst_scale false: an f32 result (no output quantization)

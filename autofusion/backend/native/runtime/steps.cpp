@@ -216,42 +216,6 @@ void Partition::deconv(int dst, int src, int w, int b, const Dims& strides, cons
   m.finish(dst, y);
 }
 
-void Partition::lstm(int y, int y_h, int y_c, int x, int w, int r, int b, int h0, int c0, int reverse) {
-  Impl& m = *impl_;
-  const Dims& xs = m.val(x).shape;   // [T, N, I]
-  const Dims& ws = m.val(w).shape;   // [1, D, I, 4, H]
-  const int64_t steps = xs[0], batch = xs[1], dirs = ws[1], hidden = ws[4];
-  const auto direction = dirs == 2 ? dnnl::rnn_direction::bidirectional_concat
-                         : reverse ? dnnl::rnn_direction::unidirectional_right2left
-                                   : dnnl::rnn_direction::unidirectional_left2right;
-  const memory::desc state = plain({1, dirs, batch, hidden}), layer = plain({steps, batch, dirs * hidden});
-  dnnl::lstm_forward::primitive_desc pd(
-      m.eng, dnnl::prop_kind::forward_inference, direction, plain(xs), h0 >= 0 ? state : memory::desc(),
-      c0 >= 0 ? state : memory::desc(), any(ws), any(m.val(r).shape), plain(m.val(b).shape), layer, state, state,
-      m.attr({}));
-  std::vector<Arg> args{Impl::use(DNNL_ARG_SRC_LAYER, m.ensure(x, plain(xs))),
-                        Impl::owned(DNNL_ARG_WEIGHTS_LAYER, m.constant_as(w, pd.weights_layer_desc())),
-                        Impl::owned(DNNL_ARG_WEIGHTS_ITER, m.constant_as(r, pd.weights_iter_desc())),
-                        Impl::owned(DNNL_ARG_BIAS, m.constant_as(b, pd.bias_desc()))};
-  // the states [D, N, H] seen as oneDNN's [1, D, N, H]: the same bytes
-  const Dims three{dirs, batch, hidden};
-  if (h0 >= 0) args.push_back(Impl::view(DNNL_ARG_SRC_ITER, m.ensure(h0, plain(three)), state));
-  if (c0 >= 0) args.push_back(Impl::view(DNNL_ARG_SRC_ITER_C, m.ensure(c0, plain(three)), state));
-  const int out = m.temp(layer);   // [T, N, D·H]: ONNX's Y [T, D, N, H] is a view of it
-  const int h = m.produce(y_h, plain(three)), c = m.produce(y_c, plain(three));
-  args.push_back(Impl::use(DNNL_ARG_DST_LAYER, out));
-  args.push_back(Impl::view(DNNL_ARG_DST_ITER, h, state));
-  args.push_back(Impl::view(DNNL_ARG_DST_ITER_C, c, state));
-  m.add(pd, dnnl::lstm_forward(pd), std::move(args));
-  m.finish(y_h, h);
-  m.finish(y_c, c);
-  const memory::desc seen(Dims{steps, dirs, batch, hidden}, dt::f32, Dims{batch * dirs * hidden, hidden, dirs * hidden, 1});
-  if (m.val(y).kind != Kind::Output) return m.view_of(y, out, seen);
-  const int written = m.produce(y, plain(m.val(y).shape));
-  m.reorder(out, seen, written, plain(m.val(y).shape));
-  m.finish(y, written);
-}
-
 void Partition::pad(int dst, int src, const Dims& begin, const Dims& end, float value) {
   Impl& m = *impl_;
   const Dims& from = m.val(src).shape;

@@ -398,6 +398,23 @@ memory Partition::Impl::constant_as(int id, const memory::desc& seen_as, const m
   return shared ? shared->as(c.slot, md, make) : make();
 }
 
+// the `part`th of a constant's `parts` equal blocks of values (a bidirectional LSTM's weights, by
+// direction) copied into memory of layout md, which has the block's dims
+memory Partition::Impl::constant_part_as(int id, int part, int parts, const memory::desc& md) {
+  Val& c = val(id);
+  if (c.kind != Kind::Constant) fail("value " + std::to_string(id) + " must be a constant");
+  const memory::desc block = plain(md.get_dims());
+  if (block.get_size() * parts != c.owned.get_desc().get_size()) fail("a constant's part of another size");
+  auto make = [&] {
+    memory src(block, eng, static_cast<char*>(c.owned.get_data_handle()) + part * block.get_size());
+    memory out(md, eng);
+    dnnl::reorder(src, out).execute(strm, src, out);
+    strm.wait();
+    return out;
+  };
+  return shared ? shared->as(c.slot, md, make, part) : make();
+}
+
 // a constant copied into memory of layout `md` (weights reordered once, here)
 memory Partition::Impl::constant_as(int id, const memory::desc& md) {
   Val& c = val(id);
