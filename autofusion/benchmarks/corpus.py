@@ -155,6 +155,23 @@ class CRNN(nn.Module):
         return self.head(x).log_softmax(-1)
 
 
+class GRUDenoiser(nn.Module):
+    """A speech-enhancement model in the manner of RNNoise: a magnitude spectrogram's frames
+    [b, 257, t] encoded by a 1-D convolution, two GRU layers over the frames, and a gain in [0, 1]
+    per frequency bin and frame applied to the input."""
+
+    def __init__(self, bins: int = 257, hidden: int = 128):
+        super().__init__()
+        self.encode = nn.Conv1d(bins, hidden, 3, padding=1)
+        self.gru = nn.GRU(hidden, hidden, num_layers=2)
+        self.gain = nn.Linear(hidden, bins)
+
+    def forward(self, spectrogram):                                # [b, bins, t]
+        x = torch.relu(self.encode(spectrogram)).permute(2, 0, 1)  # [t, b, hidden]
+        x, _ = self.gru(x)
+        return spectrogram * torch.sigmoid(self.gain(x)).permute(1, 2, 0)
+
+
 class HiFiGAN(nn.Module):
     """A HiFi-GAN-style vocoder: mel frames [b, 80, t] up to samples [b, 1, 256 t] by four
     ConvTranspose1d stages (8, 8, 2, 2), each followed by a residual block of dilated 1-D
@@ -385,6 +402,11 @@ CORPUS: dict[str, Entry] = {e.name: e for e in [
                   _whisper_encoder,
                   {"30s": lambda: {"input_features": _rng().standard_normal((1, 80, 3000)).astype(np.float32)}},
                   {"input_features": {0: "batch"}}, ("last_hidden_state",)),
+    _hand_built("gru_denoiser", "a GRU speech enhancer (RNNoise-style: conv encoder, two GRU layers, per-bin gain)",
+                GRUDenoiser,
+                {"100 frames": lambda: {"spectrogram": _rng().random((1, 257, 100), dtype=np.float32)},
+                 "250 frames": lambda: {"spectrogram": _rng().random((1, 257, 250), dtype=np.float32)}},
+                {"spectrogram": {2: "frames"}}),
     _hand_built("hifigan_vocoder", "a HiFi-GAN-style vocoder (ConvTranspose1d x4, dilated residual convs)",
                 HiFiGAN, {"64 frames": lambda: {"mels": _rng().standard_normal((1, 80, 64)).astype(np.float32)},
                           "200 frames": lambda: {"mels": _rng().standard_normal((1, 80, 200)).astype(np.float32)}},

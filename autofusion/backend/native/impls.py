@@ -249,14 +249,15 @@ def emit_pad(node: Node, p: PartitionSource) -> None:
 
 # ---- recurrent -------------------------------------------------------------------------------
 
-# ONNX orders an LSTM's gates i, o, f, c; oneDNN i, f, c, o
-_LSTM_GATES = [0, 2, 3, 1]
-_LSTM_DEFAULT_ACTIVATIONS = ["Sigmoid", "Tanh", "Tanh"]
+# oneDNN's gates in ONNX's order: an LSTM's i, o, f, c as i, f, c, o; a GRU's z, r, h are oneDNN's
+_GATES = {"LSTM": [0, 2, 3, 1], "GRU": [0, 1, 2]}
+_DEFAULT_ACTIVATIONS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"]}
 
 
-def check_lstm(node: Node) -> str | None:
+def check_recurrent(node: Node) -> str | None:
     d = 2 if node.attr("direction", "forward") == "bidirectional" else 1
-    acts = node.attr("activations")
+    acts, default = node.attr("activations"), _DEFAULT_ACTIVATIONS[node.op_type]
+    states = (5, 6) if node.op_type == "LSTM" else (5,)
     return first(
         _refusal(node.inputs[0], "input"),
         *(_refusal(node.outputs[j], "output") for j in range(len(node.outputs)) if _is_read(node, j)),
@@ -264,31 +265,55 @@ def check_lstm(node: Node) -> str | None:
         None if node.input(4) is None else "sequence_lens given: every sequence as long as the input only",
         None if node.input(7) is None else "peephole weights (P): oneDNN's LSTM takes them, not wired here",
         None if node.attr("layout", 0) == 0 else "layout 1 (batch first)",
-        None if not acts or [a.lower() for a in acts] == [a.lower() for a in _LSTM_DEFAULT_ACTIVATIONS * d]
-        else f"activations {acts}: sigmoid, tanh, tanh only",
+        None if not acts or [a.lower() for a in acts] == [a.lower() for a in default * d]
+        else f"activations {acts}: {', '.join(default).lower()} only",
         None if node.attr("clip") is None else "a cell clip",
         None if not node.attr("input_forget", 0) else "input_forget (coupled gates)",
-        *(_refusal(node.input(i), "input") for i in (5, 6)))
+        *(_refusal(node.input(i), "input") for i in states))
 
 
-@native("LSTM", check=check_lstm, tensors=(0, 5, 6))
-def emit_lstm(node: Node, p: PartitionSource) -> None:
-    """oneDNN's LSTM: the weights reordered here into its layout (gates i, f, c, o; [1, D, I, 4,
-    H]), the two biases summed; Y a view of oneDNN's [T, N, D·H] result."""
-    w, r = node.inputs[1].const, node.inputs[2].const              # [D, 4H, I], [D, 4H, H]
-    d, hidden = w.shape[0], w.shape[1] // 4
-    def gates(a: np.ndarray) -> np.ndarray:                          # [D, 4H, K] -> [1, D, K, 4, H]
-        g = a.reshape(d, 4, hidden, -1)[:, _LSTM_GATES]
-        return np.ascontiguousarray(g.transpose(0, 3, 1, 2)[None], dtype=np.float32)
+def _gates(node: Node, a: np.ndarray) -> np.ndarray:
+    """ONNX's [D, G·H, K] weights as oneDNN's [1, D, K, G, H] (ldigo), gates in its order."""
+    order = _GATES[node.op_type]
+    g = a.reshape(a.shape[0], len(order), -1, a.shape[-1])[:, order]
+    return np.ascontiguousarray(g.transpose(0, 3, 1, 2)[None], dtype=np.float32)
+
+
+def _biases(node: Node) -> np.ndarray:
+    """ONNX's B [D, 2·G·H] (the input's biases, then the recurrent ones) as oneDNN's [1, D, G, H],
+    the two summed; a GRU with linear_before_reset keeps the candidate's two apart, as oneDNN's
+    lbr_gru does ([1, D, 4, H]: z, r summed, then Wbh, Rbh)."""
+    order = _GATES[node.op_type]
+    d, hidden = node.inputs[2].const.shape[0], node.inputs[2].const.shape[-1]
     b = node.input(3)
-    bias = (np.zeros((d, 8 * hidden), np.float32) if b is None else b.const).reshape(d, 2, 4, hidden)
-    bias = np.ascontiguousarray(bias.sum(1)[:, _LSTM_GATES][None], dtype=np.float32)   # [1, D, 4, H]
+    both = (np.zeros((d, 2 * len(order) * hidden), np.float32) if b is None else b.const).reshape(
+        d, 2, len(order), hidden)[:, :, order]
+    if node.op_type == "GRU" and node.attr("linear_before_reset", 0):
+        summed = np.concatenate([both[:, 0, :2] + both[:, 1, :2], both[:, :, 2]], axis=1)
+    else:
+        summed = both.sum(1)
+    return np.ascontiguousarray(summed[None], dtype=np.float32)
+
+
+@native("LSTM", "GRU", check=check_recurrent, tensors=(0, 5, 6))
+def emit_recurrent(node: Node, p: PartitionSource) -> None:
+    """oneDNN's LSTM or GRU: the weights reordered here into its layout, the biases summed (but
+    for the candidate's of a GRU with linear_before_reset); Y a view of oneDNN's [T, N, D·H]
+    result."""
+    w, r = node.inputs[1].const, node.inputs[2].const                # [D, G·H, I], [D, G·H, H]
+    d, hidden = r.shape[0], r.shape[-1]
     steps, batch = node.inputs[0].shape[:2]
-    shapes = ([steps, d, batch, hidden], [d, batch, hidden], [d, batch, hidden])
+    lstm = node.op_type == "LSTM"
+    shapes = ([steps, d, batch, hidden], [d, batch, hidden], [d, batch, hidden])[:3 if lstm else 2]
     outs = [p.out(node, j) if _is_read(node, j) else p.temp(shape, plain=True) for j, shape in enumerate(shapes)]
-    p.call("lstm", *outs, p.ref(node.inputs[0]), p.const(gates(w), f"{node.name}_w"),
-           p.const(gates(r), f"{node.name}_r"), p.const(bias, f"{node.name}_b"),
-           p.ref(node.input(5)), p.ref(node.input(6)), int(node.attr("direction", "forward") == "reverse"))
+    weights = (p.const(_gates(node, w), f"{node.name}_w"), p.const(_gates(node, r), f"{node.name}_r"),
+               p.const(_biases(node), f"{node.name}_b"))
+    reverse = int(node.attr("direction", "forward") == "reverse")
+    if lstm:
+        p.call("lstm", *outs, p.ref(node.inputs[0]), *weights, p.ref(node.input(5)), p.ref(node.input(6)), reverse)
+    else:
+        p.call("gru", *outs, p.ref(node.inputs[0]), *weights, p.ref(node.input(5)), reverse,
+               bool(node.attr("linear_before_reset", 0)))
 
 
 # ---- pooling ---------------------------------------------------------------------------------

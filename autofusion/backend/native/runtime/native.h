@@ -113,6 +113,11 @@ class Partition {
   // biases summed), constants; h0, c0 [D, N, H] or -1 (zeros); y [T, D, N, H], y_h and y_c
   // [D, N, H]; directions 1 (forward; `reverse` 1: backward) or 2 (both, concatenated)
   void lstm(int y, int y_h, int y_c, int x, int w, int r, int b, int h0, int c0, int reverse);
+  // ONNX's GRU (layout 0, default activations) as oneDNN's, like lstm: w [1, D, I, 3, H] and r
+  // [1, D, H, 3, H] (gates z, r, h: ONNX's order is oneDNN's), b [1, D, 3, H] (the two biases
+  // summed) or, with linear_before_reset, [1, D, 4, H] (z and r summed, then Wbh, Rbh: oneDNN's
+  // lbr_gru); h0 [D, N, H] or -1; y [T, D, N, H], y_h [D, N, H]
+  void gru(int y, int y_h, int x, int w, int r, int b, int h0, int reverse, bool linear_before_reset);
   void pool(int dst, int src, Pool kind, const Dims& kernel, const Dims& strides,
             const Dims& dilations, const Dims& pad_begin, const Dims& pad_end);
   // src's spatial axes scaled to dst's (oneDNN's resampling, the factors dst's sizes over src's):

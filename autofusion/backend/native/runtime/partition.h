@@ -102,6 +102,9 @@ bool all_finite(const float* p, int64_t n);
 
 enum class Kind { Input, Output, Constant, Internal };
 
+// a recurrent op's cell, as oneDNN names its primitives
+enum class Cell { Lstm, Gru, LbrGru };
+
 struct Val {
   Kind kind = Kind::Internal;
   int slot = -1;
@@ -319,9 +322,10 @@ struct Partition::Impl {
                          const Dims& pad_end, const Acts& acts);
   static constexpr int64_t PATCH_TILE_BYTES = int64_t(256) << 10;   // one thread's rows of patches
 
-  // ---- recurrent (lstm.cpp)
-  bool lstm_directions_at_once(int out, int h, int c, int x, int w, int r, int b, int h0, int c0);
-  static constexpr int64_t SMALL_LSTM_STEP = int64_t(1) << 20;   // a time step's multiply-adds, batch·4H·H
+  // ---- recurrent (recurrent.cpp): c, c0 -1 but for an LSTM
+  void recurrent(Cell cell, int y, int y_h, int y_c, int x, int w, int r, int b, int h0, int c0, int reverse);
+  bool directions_at_once(Cell cell, int out, int h, int c, int x, int w, int r, int b, int h0, int c0);
+  static constexpr int64_t SMALL_TIME_STEP = int64_t(1) << 20;   // a time step's multiply-adds, batch·G·H·H
 
   // ---- int8 (quantized.cpp)
   // dst_scale false: an f32 result (no output quantization)

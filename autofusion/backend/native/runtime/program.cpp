@@ -177,6 +177,7 @@ void make(Partition& p, const Call& c) {
     p.deconv(c.i(0), c.i(1), c.i(2), c.i(3), c.dims(4), c.dims(5), c.dims(6), c.dims(7), c.i(8), c.acts(9));
   else if (m == "lstm")
     p.lstm(c.i(0), c.i(1), c.i(2), c.i(3), c.i(4), c.i(5), c.i(6), c.i(7), c.i(8), c.i(9));
+  else if (m == "gru") p.gru(c.i(0), c.i(1), c.i(2), c.i(3), c.i(4), c.i(5), c.i(6), c.i(7), c.flag(8));
   else if (m == "pad") p.pad(c.i(0), c.i(1), c.dims(2), c.dims(3), c.f(4));
   else if (m == "pool")
     p.pool(c.i(0), c.i(1), pool(c.name(2)), c.dims(3), c.dims(4), c.dims(5), c.dims(6), c.dims(7));

@@ -52,8 +52,12 @@ bool implemented_by(const dnnl::primitive_desc_base& pd, const char* prefix) {
   return std::string(pd.impl_info_str()).rfind(prefix, 0) == 0;
 }
 
-// oneDNN's reference implementation: what it picks where no fast kernel takes the problem
-bool is_reference(const dnnl::primitive_desc_base& pd) { return implemented_by(pd, "ref"); }
+// oneDNN's reference implementation: what it picks where no fast kernel takes the problem. Its
+// recurrent primitives without brgemm are named "ref" too, but run their products as gemm calls
+// and their gates in JIT code (RNN_GEMM): not one.
+bool is_reference(const dnnl::primitive_desc_base& pd) {
+  return pd.get_kind() != dnnl::primitive::kind::rnn && implemented_by(pd, "ref");
+}
 
 // strides without inner blocks: row-major, permuted (a transpose seen in place) or with gaps (a
 // block of a larger array)
