@@ -389,29 +389,27 @@ int Partition::Impl::write_over(int dst, int src, bool in_place) {
 // a constant's bytes, seen through `seen_as` (its axes in another order: a deconvolution's weight),
 // copied into memory of layout `md`, once
 memory Partition::Impl::constant_as(int id, const memory::desc& seen_as, const memory::desc& md) {
-  Val& c = val(id);
-  if (c.kind != Kind::Constant) fail("value " + std::to_string(id) + " must be a constant");
-  if (seen_as.get_size() != c.owned.get_desc().get_size()) fail("a constant seen through a layout of another size");
-  auto make = [&] {
-    memory src(seen_as, eng, c.owned.get_data_handle());
-    memory out(md, eng);
-    dnnl::reorder(src, out).execute(strm, src, out);
-    strm.wait();
-    return out;
-  };
-  return shared ? shared->as(c.slot, md, make) : make();
+  if (seen_as.get_size() != val(id).owned.get_desc().get_size())
+    fail("a constant seen through a layout of another size");
+  return constant_laid_out(id, -1, seen_as, md);
 }
 
 // the `part`th of a constant's `parts` equal blocks of values (a bidirectional LSTM's weights, by
-// direction) copied into memory of layout md, which has the block's dims
+// direction) copied into memory of layout md, which has the block's dims, once
 memory Partition::Impl::constant_part_as(int id, int part, int parts, const memory::desc& md) {
+  const memory::desc block = plain(md.get_dims());
+  if (block.get_size() * parts != val(id).owned.get_desc().get_size()) fail("a constant's part of another size");
+  return constant_laid_out(id, part, block, md);
+}
+
+// the bytes of a constant's part (-1: all of it), seen through `seen_as`, copied into memory of
+// layout md; made once for every build where the builds share their constants
+memory Partition::Impl::constant_laid_out(int id, int part, const memory::desc& seen_as, const memory::desc& md) {
   Val& c = val(id);
   if (c.kind != Kind::Constant) fail("value " + std::to_string(id) + " must be a constant");
-  const memory::desc block = plain(md.get_dims());
-  if (block.get_size() * parts != c.owned.get_desc().get_size()) fail("a constant's part of another size");
   auto make = [&] {
-    memory src(block, eng, static_cast<char*>(c.owned.get_data_handle()) + part * block.get_size());
-    memory out(md, eng);
+    char* bytes = static_cast<char*>(c.owned.get_data_handle()) + std::max(part, 0) * seen_as.get_size();
+    memory src(seen_as, eng, bytes), out(md, eng);
     dnnl::reorder(src, out).execute(strm, src, out);
     strm.wait();
     return out;
