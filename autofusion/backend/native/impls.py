@@ -570,8 +570,6 @@ def check_binary(node: Node) -> str | None:
     ops = _binary_operands(node)
     if ops is None:
         return "the first operand broadcasts: oneDNN broadcasts the second only"
-    if ops[1].const is None and ops[1].rank != ops[0].rank:
-        return "the operands' ranks differ and the smaller one is computed at run time"
     return None
 
 

@@ -487,6 +487,21 @@ def test_binary_takes_the_broadcast_operand_second_when_it_may():
     check_native(graph({"x": (1, 16, 1, 1), "y": (1, 16, 4, 4)}, lambda op, x, y: [(op.Mul(x, y), (1, 16, 4, 4))]))
 
 
+@pytest.mark.parametrize("op_type", ["Add", "Mul", "Sub"])
+def test_binary_of_an_operand_of_lower_rank_computed_at_run_time(op_type):
+    """A second operand of fewer dims (ones in front, as ONNX broadcasts) that a step computes: a
+    YOLO head's strides [1, N] times its boxes [b, 4, N]; one written in a blocked layout by a
+    1-D convolution, and a plain input."""
+    def build(op, x, z, w):
+        y = op.Conv(z, const(op, 16, 8, 3), pads=[1, 1])   # [1, 16, 12]
+        y.shape, y.dtype = (1, 16, 12), DType.FLOAT
+        v = getattr(op, op_type)(op.Relu(x), y)
+        v.shape, v.dtype = (2, 3, 16, 12), DType.FLOAT
+        return [(getattr(op, op_type)(v, w), (2, 3, 16, 12))]
+    model = check_native(graph({"x": (2, 3, 16, 12), "z": (1, 8, 12), "w": (16, 12)}, build))
+    assert not [k for k in model.plan.kernels.values() if "ref" in k], model.plan.kernels
+
+
 def test_binary_refuses_a_broadcast_first_operand_of_sub():
     g = graph({"x": (1, 16, 1, 1), "y": (1, 16, 4, 4)}, lambda op, x, y: [(op.Sub(x, y), (1, 16, 4, 4))])
     assert "first operand broadcasts" in refusal(g)

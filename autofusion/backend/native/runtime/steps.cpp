@@ -304,6 +304,18 @@ void Partition::binary(int dst, int a, int b, Bin op, const Acts& acts, bool in_
   a = m.dense(a);
   b = m.dense(b);
   const memory::desc md = m.md_of(a);
+  if (m.md_of(b).get_ndims() < md.get_ndims()) {
+    // a broadcast operand of lower rank: ones in front, row-major (oneDNN broadcasts one in
+    // another order on its reference kernel only; the copy is at most one of the other's slices)
+    const Dims given = m.md_of(b).get_dims();
+    Dims ranked(md.get_ndims() - given.size(), 1);
+    ranked.insert(ranked.end(), given.begin(), given.end());
+    b = m.ensure(b, plain(given, m.md_of(b).get_data_type()));
+    const memory::desc seen = m.md_of(b).reshape(ranked);
+    const int viewed = m.temp(seen);
+    m.view_of(viewed, b, seen);
+    b = viewed;
+  }
   int y = m.write_over(dst, a, in_place);
   if (op == Bin::Mul && acts.empty() && m.scale_channels(a, b, y)) return m.finish(dst, y);
   const memory::desc& given = m.md_of(b);
