@@ -107,6 +107,17 @@ def test_a_bidirectional_one_runs_its_directions_at_once_on_two_threads(cell, th
     assert ("two directions at once" in kernel) == (threads == 2), kernel
 
 
+@pytest.mark.parametrize("cell, one_thread", [(CELLS[0], False), (CELLS[1], True), (CELLS[2], True)],
+                         ids=["lstm", "gru-lbr", "gru"])
+@pytest.mark.parametrize("direction", ["forward", "reverse"])
+def test_a_one_direction_gru_of_tiny_steps_runs_on_one_thread(cell, one_thread, direction):
+    """oneDNN's GRU over gemm (not its brgemm LSTM) shares a tiny time step between threads at a
+    loss: on one thread of the two (recurrent.cpp); equal to ORT either way."""
+    compiled = check(recurrent_model("steps", 2, 6, 16, direction, initial=True, **cell), 9, 2, threads=2)
+    (kernel,) = compiled.plan.kernels.values()
+    assert kernel.startswith("on one thread: ") == one_thread, kernel
+
+
 @pytest.mark.parametrize("kw, reason", [
     (dict(peepholes=True), "peephole weights"),
     (dict(lengths=True), "sequence_lens given"),

@@ -325,8 +325,11 @@ struct Partition::Impl {
 
   // ---- recurrent (recurrent.cpp): c, c0 -1 but for an LSTM
   void recurrent(Cell cell, int y, int y_h, int y_c, int x, int w, int r, int b, int h0, int c0, int reverse);
-  bool directions_at_once(Cell cell, int out, int h, int c, int x, int w, int r, int b, int h0, int c0);
-  static constexpr int64_t SMALL_TIME_STEP = int64_t(1) << 20;   // a time step's multiply-adds, batch·G·H·H
+  bool one_thread_each(Cell cell, int64_t dirs, bool reverse, int out, int h, int c, int x, int w, int r, int b,
+                       int h0, int c0);
+  // a time step's multiply-adds, batch·G·H·H: small (directions side by side on more than two
+  // threads), tiny (a one-direction GRU on one thread)
+  static constexpr int64_t SMALL_TIME_STEP = int64_t(1) << 20, TINY_TIME_STEP = int64_t(1) << 16;
 
   // ---- int8 (quantized.cpp)
   // dst_scale false: an f32 result (no output quantization)

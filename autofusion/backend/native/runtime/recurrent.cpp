@@ -62,7 +62,7 @@ void Partition::Impl::recurrent(Cell cell, int y, int y_h, int y_c, int x, int w
   const memory::desc layer = plain({steps, batch, dirs * hidden});
   const int out = temp(layer);   // [T, N, D·H]: ONNX's Y [T, D, N, H] is a view of it
   const int h = produce(y_h, plain(three)), c = cell == Cell::Lstm ? produce(y_c, plain(three)) : -1;
-  if (dirs != 2 || !directions_at_once(cell, out, h, c, x, w, r, b, h0, c0)) {
+  if (!one_thread_each(cell, dirs, reverse, out, h, c, x, w, r, b, h0, c0)) {
     const auto direction = dirs == 2 ? dnnl::rnn_direction::bidirectional_concat
                            : reverse ? dnnl::rnn_direction::unidirectional_right2left
                                      : dnnl::rnn_direction::unidirectional_left2right;
@@ -90,61 +90,73 @@ void Partition::Impl::recurrent(Cell cell, int y, int y_h, int y_c, int x, int w
   finish(y, written);
 }
 
-// A bidirectional recurrent op as two one-direction primitives run at once, each on a thread of
-// its own (oneDNN run inside a parallel region runs on the calling thread), each writing its half
-// of out [T, N, 2H] and its direction's [N, H] of h (and c) [2, N, H]. One primitive over both
-// directions shares each time step between the threads and meets them at a barrier per step;
-// the directions are independent. On two threads side by side was never slower (LSTMs measured
-// here: [80, 1, 384] -> 2 x 96 267 µs against 444; [50, 1, 512] -> 2 x 512 2.95 ms against
-// 3.46; [50, 16, 256] -> 2 x 256 4.0 against 4.3; [50, 8, 512] even); on more threads it leaves
-// all but two idle, so there only where a time step is a small product (batch·G·H·H multiply-adds
-// up to SMALL_TIME_STEP: not measured on more than two cores). False, adding nothing, where it
-// does not apply.
-bool Partition::Impl::directions_at_once(Cell cell, int out, int h, int c, int x, int w, int r, int b, int h0,
-                                         int c0) {
+// A recurrent op as one-direction primitives each run on a thread of its own (oneDNN run inside a
+// parallel region runs on the calling thread), each writing its share of out [T, N, D·H] and its
+// direction's [N, H] of h (and c) [D, N, H]:
+// - a bidirectional op's two directions side by side. One primitive over both directions shares
+//   each time step between the threads and meets them at a barrier per step; the directions are
+//   independent. On two threads side by side was never slower (LSTMs measured here: [80, 1, 384]
+//   -> 2 x 96 267 µs against 444; [50, 1, 512] -> 2 x 512 2.95 ms against 3.46; [50, 16, 256] ->
+//   2 x 256 4.0 against 4.3; [50, 8, 512] even); on more threads it leaves all but two idle, so
+//   there only where a time step is a small product (batch·G·H·H multiply-adds up to
+//   SMALL_TIME_STEP: not measured on more than two cores);
+// - a one-direction op over gemm (RNN_GEMM: a GRU) whose time step is tiny (up to TINY_TIME_STEP)
+//   on one thread: sharing its steps cost more than it gave (GRU [80, 1, 192] -> 96 149 µs on one
+//   thread against 206; [100, 1, 128] -> 128 220 against 259; but [50, 1, 512] -> 512 2.18 ms
+//   against 1.43). oneDNN's brgemm LSTM gained from two threads at every size measured.
+// False, adding nothing, where neither applies.
+bool Partition::Impl::one_thread_each(Cell cell, int64_t dirs, bool reverse, int out, int h, int c, int x, int w,
+                                      int r, int b, int h0, int c0) {
   const Dims& xs = val(x).shape;   // [T, N, I]
-  const Dims& bs = val(b).shape;   // [1, 2, G (4 for an lbr GRU), H]
-  const int64_t steps = xs[0], batch = xs[1], input = xs[2], hidden = val(w).shape[4], g = gates(cell);
+  const Dims& bs = val(b).shape;   // [1, D, G (4 for an lbr GRU), H]
+  const int64_t steps = xs[0], batch = xs[1], input = xs[2], hidden = val(w).shape[4], g = gates(cell),
+                step_size = batch * g * hidden * hidden;
   const int threads = omp_get_max_threads();
-  if (compute != dt::f32 || threads < 2 || (threads > 2 && batch * g * hidden * hidden > SMALL_TIME_STEP))
+  if (compute != dt::f32 || threads < 2 || (dirs == 2 && threads > 2 && step_size > SMALL_TIME_STEP) ||
+      (dirs == 1 && step_size > TINY_TIME_STEP))
     return false;
   const memory::desc state = plain({1, 1, batch, hidden});
-  // one direction's half of out: its rows 2H apart
-  const memory::desc half({steps, batch, hidden}, dt::f32, Dims{batch * 2 * hidden, 2 * hidden, 1});
+  // one direction's share of out: its rows D·H apart
+  const memory::desc share({steps, batch, hidden}, dt::f32, Dims{batch * dirs * hidden, dirs * hidden, 1});
   std::vector<dnnl::rnn_primitive_desc_base> pds;
   try {
-    for (auto direction : {dnnl::rnn_direction::unidirectional_left2right, dnnl::rnn_direction::unidirectional_right2left}) {
-      pds.push_back(recurrent_pd(cell, eng, direction, plain(xs), h0 >= 0 ? state : memory::desc(),
-                                 c0 >= 0 ? state : memory::desc(), any({1, 1, input, g, hidden}),
-                                 any({1, 1, hidden, g, hidden}), plain({1, 1, bs[2], hidden}), half, state, attr({})));
+    for (int k = 0; k < dirs; ++k) {
+      const bool backward = dirs == 2 ? k == 1 : reverse;
+      pds.push_back(recurrent_pd(cell, eng,
+                                 backward ? dnnl::rnn_direction::unidirectional_right2left
+                                          : dnnl::rnn_direction::unidirectional_left2right,
+                                 plain(xs), h0 >= 0 ? state : memory::desc(), c0 >= 0 ? state : memory::desc(),
+                                 any({1, 1, input, g, hidden}), any({1, 1, hidden, g, hidden}),
+                                 plain({1, 1, bs[2], hidden}), share, state, attr({})));
       if (is_reference(pds.back())) return false;
     }
   } catch (const dnnl::error&) {
     return false;
   }
+  if (dirs == 1 && kernel_of(pds[0]) != RNN_GEMM) return false;
   struct Directions {
     dnnl::engine eng;
     std::vector<dnnl::primitive> primitives;
     std::vector<memory> weights, recurrent, bias;   // per direction, laid out as its primitive takes them
     std::vector<dnnl::stream> streams;
-    memory::desc state, half, scratchpad;
+    memory::desc state, share, scratchpad;
   };
-  auto d = std::make_shared<Directions>(Directions{eng, {}, {}, {}, {}, {}, state, half, {}});
+  auto d = std::make_shared<Directions>(Directions{eng, {}, {}, {}, {}, {}, state, share, {}});
   size_t pad = 0;
-  for (int k = 0; k < 2; ++k) {
+  for (int k = 0; k < dirs; ++k) {
     const auto& pd = pds[k];
     d->primitives.emplace_back(pd);
-    d->weights.push_back(constant_part_as(w, k, 2, pd.weights_layer_desc()));
-    d->recurrent.push_back(constant_part_as(r, k, 2, pd.weights_iter_desc()));
-    d->bias.push_back(constant_part_as(b, k, 2, pd.bias_desc()));
+    d->weights.push_back(constant_part_as(w, k, int(dirs), pd.weights_layer_desc()));
+    d->recurrent.push_back(constant_part_as(r, k, int(dirs), pd.weights_iter_desc()));
+    d->bias.push_back(constant_part_as(b, k, int(dirs), pd.bias_desc()));
     d->streams.emplace_back(eng);
     pad = std::max(pad, align_up(pd.scratchpad_desc().get_size()));
   }
   d->scratchpad = memory::desc({int64_t(std::max<size_t>(pad, 1))}, dt::u8, tag::a);
-  const Dims three{2, batch, hidden};
+  const Dims three{dirs, batch, hidden};
   std::vector<Arg> args{use(DNNL_ARG_SRC_LAYER, ensure(x, plain(xs))), use(DNNL_ARG_DST_LAYER, out),
                         use(DNNL_ARG_DST_ITER, h),
-                        use(DNNL_ARG_WORKSPACE, temp(plain({2, int64_t(std::max<size_t>(pad, 4)) / 4})))};
+                        use(DNNL_ARG_WORKSPACE, temp(plain({dirs, int64_t(std::max<size_t>(pad, 4)) / 4})))};
   if (c >= 0) args.push_back(use(DNNL_ARG_DST_ITER_C, c));
   if (h0 >= 0) args.push_back(use(DNNL_ARG_SRC_ITER, ensure(h0, plain(three))));
   if (c0 >= 0) args.push_back(use(DNNL_ARG_SRC_ITER_C, ensure(c0, plain(three))));
@@ -155,14 +167,15 @@ bool Partition::Impl::directions_at_once(Cell cell, int out, int h, int c, int x
       return static_cast<float*>(self.bound.at(key).get_data_handle()) + floats;
     };
     std::string error;
-#pragma omp parallel num_threads(2)
-    for (int k = omp_get_thread_num(); k < 2; k += omp_get_num_threads()) {
+    const int n = int(d->primitives.size());
+#pragma omp parallel num_threads(2)   // two even for one primitive: oneDNN runs it on one thread only then
+    for (int k = omp_get_thread_num(); k < n; k += omp_get_num_threads()) {
       std::unordered_map<int, memory> args{
           {DNNL_ARG_SRC_LAYER, self.bound.at(DNNL_ARG_SRC_LAYER)},
           {DNNL_ARG_WEIGHTS_LAYER, d->weights[k]},
           {DNNL_ARG_WEIGHTS_ITER, d->recurrent[k]},
           {DNNL_ARG_BIAS, d->bias[k]},
-          {DNNL_ARG_DST_LAYER, memory(d->half, d->eng, at(DNNL_ARG_DST_LAYER, k * hidden))},
+          {DNNL_ARG_DST_LAYER, memory(d->share, d->eng, at(DNNL_ARG_DST_LAYER, k * hidden))},
           {DNNL_ARG_SCRATCHPAD, memory(d->scratchpad, d->eng, at(DNNL_ARG_WORKSPACE, k * int64_t(pad) / 4))}};
       for (int key : {DNNL_ARG_DST_ITER, DNNL_ARG_DST_ITER_C, DNNL_ARG_SRC_ITER, DNNL_ARG_SRC_ITER_C})
         if (self.bound.count(key)) args[key] = memory(d->state, d->eng, at(key, k * state_values));
@@ -175,9 +188,10 @@ bool Partition::Impl::directions_at_once(Cell cell, int out, int h, int c, int x
     }
     if (!error.empty()) throw std::runtime_error(error);
   };
-  e.kernel = "two directions at once: " + kernel_of(pds[0]);
+  e.kernel = (dirs == 2 ? "two directions at once: " : "on one thread: ") + kernel_of(pds[0]);
   execs.push_back(std::move(e));
-  decide("its two directions at once, one thread each: a time step is a small product");
+  decide(dirs == 2 ? "its two directions at once, one thread each: a time step is a small product"
+                   : "on one thread: a time step is too small a product to share");
   return true;
 }
 
