@@ -1,5 +1,6 @@
 // ONNX's LSTM and GRU as oneDNN's recurrent primitives: one primitive over the op's directions,
-// or, for a bidirectional one, one primitive per direction, both running at once.
+// or one primitive per direction, each on a thread of its own (a bidirectional op's two at once;
+// a one-direction GRU of tiny time steps on one thread).
 #include "partition.h"
 
 #include <omp.h>
