@@ -40,18 +40,17 @@ def measure(cell: str, shape: str, bidirectional: bool, args) -> dict:
     size, hidden, steps, batch = map(int, shape.split("x"))
     torch.manual_seed(0)
     x = torch.randn(steps, batch, size)
-    path = Path(tempfile.mkdtemp()) / "layer.onnx"
-    torch.onnx.export(Layer(cell, size, hidden, bidirectional).eval(), (x,), str(path), input_names=["x"],
-                      opset_version=17, dynamo=False)
-    case = ModelCase(f"{cell} {shape}", str(path), {"x": x}, None, args.threads)
     systems = {"autofusion": Autofusion(2), "ORT (all)": OnnxRuntime("ORT_ENABLE_ALL"), "OpenVINO f32": OpenVino("fp32")}
-    ready = {}
-    for label, system in systems.items():
-        system.load(case)
-        system.compile()
-        ready[label] = system.run
-    times = time_in_blocks(ready, rounds=args.rounds, block=args.block, warmup=args.warmup, pause_s=0.3,
-                           describe_error=short_error)
+    with tempfile.TemporaryDirectory() as folder:   # each system has read the file once compiled
+        path = Path(folder) / "layer.onnx"
+        torch.onnx.export(Layer(cell, size, hidden, bidirectional).eval(), (x,), str(path), input_names=["x"],
+                          opset_version=17, dynamo=False)
+        case = ModelCase(f"{cell} {shape}", str(path), {"x": x}, None, args.threads)
+        for system in systems.values():
+            system.load(case)
+            system.compile()
+    times = time_in_blocks({label: system.run for label, system in systems.items()}, rounds=args.rounds,
+                           block=args.block, warmup=args.warmup, pause_s=0.3, describe_error=short_error)
     rounds = {k: timing.round_medians(v, args.block) for k, v in times.samples.items() if v}
     row = {"cell": cell, "shape": shape, "bidirectional": bidirectional,
            "kernel": next(iter(systems["autofusion"].model.plan.kernels.values())),

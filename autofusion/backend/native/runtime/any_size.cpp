@@ -222,12 +222,7 @@ bool Partition::Impl::conv_for_any_size(int dst, int src, int w, int b, const Di
   // from there as the product takes them
   const memory::desc held({p.kh, p.kw, p.channels, o}, dt::f32, Dims{p.kw, 1, p.kh * p.kw, k});
   const memory laid = constant_as(w, held, plain({p.kh, p.kw, p.channels, o}));
-  auto weight_as = [&] {
-    memory from(plain({k, o}), eng, laid.get_data_handle()), to(pd->weights_desc(), eng);
-    dnnl::reorder(from, to).execute(strm, from, to);
-    strm.wait();
-    return to;
-  };
+  auto weight_as = [&] { return reordered(memory(plain({k, o}), eng, laid.get_data_handle()), pd->weights_desc()); };
   const memory weight = pd->weights_desc() == plain({k, o}) ? memory(plain({k, o}), eng, laid.get_data_handle())
                         : shared                            ? shared->as(val(w).slot, pd->weights_desc(), weight_as)
                                                             : weight_as();

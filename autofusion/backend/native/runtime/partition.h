@@ -299,6 +299,7 @@ struct Partition::Impl {
   memory constant_as(int id, const memory::desc& seen_as, const memory::desc& md);
   memory constant_part_as(int id, int part, int parts, const memory::desc& md);
   memory constant_laid_out(int id, int part, const memory::desc& seen_as, const memory::desc& md);
+  memory reordered(memory from, const memory::desc& md);
 
   // ---- steps (steps.cpp)
   void decide(const std::string& choice);

@@ -129,7 +129,6 @@ bool Partition::Impl::one_thread_each(Cell cell, int64_t dirs, bool reverse, int
                                  plain(xs), h0 >= 0 ? state : memory::desc(), c0 >= 0 ? state : memory::desc(),
                                  any({1, 1, input, g, hidden}), any({1, 1, hidden, g, hidden}),
                                  plain({1, 1, bs[2], hidden}), share, state, attr({})));
-      if (is_reference(pds.back())) return false;
     }
   } catch (const dnnl::error&) {
     return false;

@@ -409,12 +409,17 @@ memory Partition::Impl::constant_laid_out(int id, int part, const memory::desc& 
   if (c.kind != Kind::Constant) fail("value " + std::to_string(id) + " must be a constant");
   auto make = [&] {
     char* bytes = static_cast<char*>(c.owned.get_data_handle()) + std::max(part, 0) * seen_as.get_size();
-    memory src(seen_as, eng, bytes), out(md, eng);
-    dnnl::reorder(src, out).execute(strm, src, out);
-    strm.wait();
-    return out;
+    return reordered(memory(seen_as, eng, bytes), md);
   };
   return shared ? shared->as(c.slot, md, make, part) : make();
+}
+
+// from's values in new memory of layout md, now (a constant laid out while a step is built)
+memory Partition::Impl::reordered(memory from, const memory::desc& md) {
+  memory out(md, eng);
+  dnnl::reorder(from, out).execute(strm, from, out);
+  strm.wait();
+  return out;
 }
 
 // a constant copied into memory of layout `md` (weights reordered once, here)
