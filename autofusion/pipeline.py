@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 import torch
 
+from .backend.branches import Branches, Decision, decidable
 from .backend.executor import Program, check_supported, evaluate_node
 from .backend.lower import Plan, lower
 from .backend.model import CompiledModel, specialised_to
@@ -35,6 +36,7 @@ from .controls import resolve_size_cache, resolve_streams, threads_per_stream
 from .errors import AutofusionError
 from .fusion import optimize
 from .ir import Graph
+from .ir.graph import copied
 from .ir.onnx_runtime_call import onnx_runtime_ops
 from .passes.int8 import computes_in_int8
 from .progress import step
@@ -118,11 +120,27 @@ def _compile_graph(graph: Graph, name: str, fusion: FusionOptions, options: Buil
                                            "random" if options.calibration is None else "given",
                                            options.calibration_method, options.tolerance))
 
+    cleaned: list[tuple[Graph, Decision]] = []   # where Ifs are decided by the inputs
+
+    def before_rules(g: Graph) -> None:
+        if precision.int8:
+            to_int8(g)
+            return
+        if decidable(g) is not None:   # decided again on the copy: the Ifs of the copy
+            copy = copied(g)
+            cleaned.append((copy, decidable(copy)))
+
     with step("fusing"):
         report = report_of(optimize(graph, fusion.level, list(fusion.disable), evaluate_node, model_name=name,
-                                    before_rules=to_int8 if precision.int8 else None, **fusion.region_limits))
+                                    before_rules=before_rules, **fusion.region_limits))
     with step("lowering and building native code"):
-        return build_model(graph, report, options, why_not_native, precision, quantized[0] if quantized else None)
+        model = build_model(graph, report, options, why_not_native, precision, quantized[0] if quantized else None)
+    if cleaned:
+        model.branches = Branches(*cleaned[0], lambda version: compile_graph(version, name, fusion, options,
+                                                                             report_of))
+        if report is not None:
+            report.backend += "; " + model.branches.describe()
+    return model
 
 
 def build_model(graph: Graph, report: Any, options: BuildOptions, why_not_native: str | None,

@@ -129,12 +129,21 @@ class Program:
         # whose runtime checks inputs for NaN (all_finite) and pins the OpenMP workers (model.py):
         # any partition's library holds it
         self.runtime = next(iter(self.native.values())).library if self.native else None
-        # the one native partition that is the whole program, reading the graph's inputs and
-        # writing its outputs in their order: a call runs it alone (model.py), or None
+        # the one native partition that is the whole program, reading graph inputs (all, or
+        # those a branch taken left) and writing each graph output once: a call runs it alone
+        # (model.py), or None. whole_inputs / whole_outputs: where its inputs are among the
+        # graph's, and the graph's outputs among its (None: the same order)
         parts = plan.partitions
+        inputs = {id(v): k for k, v in enumerate(graph.inputs)}
+        outputs = {id(v): k for k, v in enumerate(parts[0].outputs)} if parts else {}
         self.whole = (self.native[parts[0].index] if len(parts) == 1 and parts[0].target == "native"
-                      and _same(parts[0].inputs, graph.inputs) and _same(parts[0].outputs, graph.outputs)
+                      and all(id(v) in inputs for v in parts[0].inputs)
+                      and len(outputs) == len(graph.outputs) and all(id(v) in outputs for v in graph.outputs)
                       else None)
+        self.whole_inputs = (None if self.whole is None or _same(parts[0].inputs, graph.inputs) else
+                             [inputs[id(v)] for v in parts[0].inputs])
+        self.whole_outputs = (None if self.whole is None or _same(parts[0].outputs, graph.outputs) else
+                              [outputs[id(v)] for v in graph.outputs])
 
     def _filename(self, name: str) -> str:
         model = "".join(c if c.isprintable() else "?" for c in self.graph.name)   # no NUL for compile()

@@ -15,6 +15,7 @@ import torch
 
 from ..errors import InputError
 from ..ir import Graph, Value
+from .branches import Branches
 from .executor import Program, storage, tensors_of, to_numpy
 from .lower import lower
 from .native import affinity, load
@@ -58,6 +59,8 @@ class CompiledModel:
         self._submitted: ThreadPoolExecutor | None = None
         self._submit_lock = threading.Lock()
         self.symbols = symbolic_dims(graph)
+        # Ifs the inputs decide, each set of branches taken a model of its own (branches.py)
+        self.branches: Branches | None = None
         self._check_sizes = SizesCheck(self.plan, self.size_cache)
         self.input_names = [v.name for v in graph.inputs]
         self.output_names = [v.name for v in graph.outputs]
@@ -92,8 +95,12 @@ class CompiledModel:
     def program_for_inputs(self, inputs: Mapping[str, Array]) -> Program:
         """The program a call with these inputs runs (checked as a call checks them): the model's,
         or its PyTorch-only form where the inputs need it (NaN and infinities where oneDNN would
-        clamp them; sizes that make an empty tensor)."""
-        tensors = [check_input(v, a) for v, a in zip(self.graph.inputs, self._bind((), dict(inputs)))]
+        clamp them; sizes that make an empty tensor); where Ifs are decided by the inputs, that
+        of the version these inputs take."""
+        arrays = self._bind((), dict(inputs))
+        if self.branches is not None:
+            return self._version(arrays).program_for_inputs(inputs)
+        tensors = [check_input(v, a) for v, a in zip(self.graph.inputs, arrays)]
         sizes = input_sizes(self.graph, tensors)
         program = self.program
         if program.plan.nan_clamping and not program.all_finite(tensors):
@@ -157,7 +164,14 @@ class CompiledModel:
             raise InputError(f"missing input(s) {missing}; the model's inputs are {names}")
         return [bound[n] for n in names]
 
+    def _version(self, arrays: list[Array]) -> CompiledModel:
+        """The model compiled for the branches these inputs take (branches.py)."""
+        return self.branches.model_for(arrays, lambda given: [check_input(v, a) for v, a in
+                                                              zip(self.graph.inputs, given)])
+
     def _execute(self, arrays: list[Array]) -> tuple[list[Array], bool]:
+        if self.branches is not None:
+            return self._version(arrays)._execute(arrays)
         sizes = self._plain_sizes(arrays)
         if sizes is not None:
             outs = self._one_call(arrays, sizes)
@@ -217,6 +231,8 @@ class CompiledModel:
             return None
         if sizes:
             self._check_sizes(sizes)
+        if program.whole_inputs is not None:
+            tensors = [tensors[k] for k in program.whole_inputs]
         self._queued.take()
         self._use_threads()
         threads = load.threads_for(torch.get_num_threads())   # one fewer for each core others keep busy
@@ -226,12 +242,16 @@ class CompiledModel:
             check = bool(program.plan.nan_clamping)
             try:
                 if not self._on_streams():
-                    return _on_caller(whole, key, context, threads, tensors, check)
-                streams = self._streams.get(threads) or self._start_streams(whole.library, threads)
-                built = whole.for_sizes(key, context, streams, threads)   # built there: no pool left here
-                return built.run_checked(tensors, check, threads=threads, streams=streams)
+                    outs = _on_caller(whole, key, context, threads, tensors, check)
+                else:
+                    streams = self._streams.get(threads) or self._start_streams(whole.library, threads)
+                    built = whole.for_sizes(key, context, streams, threads)   # built there: no pool left here
+                    outs = built.run_checked(tensors, check, threads=threads, streams=streams)
             except SizesOutOfReach:
                 return None   # the general path runs it on PyTorch's kernels
+            if outs is None or program.whole_outputs is None:
+                return outs
+            return tuple(outs[k] for k in program.whole_outputs)
         finally:
             whole.give_back(context, threads)
             self._queued.give_back()

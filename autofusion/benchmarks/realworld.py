@@ -53,13 +53,13 @@ def exported(entry: Entry, out: Path) -> Path:
     return path
 
 
-def not_native(model) -> dict[str, int]:
+def not_native(plan) -> dict[str, int]:
     """The plan's nodes on PyTorch: 'op: reason' -> how many."""
     counts: Counter = Counter()
-    for part in model.plan.partitions:
+    for part in plan.partitions:
         if part.target != "torch":
             continue
-        decision = model.plan.decisions[part.nodes[0]]
+        decision = plan.decisions[part.nodes[0]]
         reason = next((why for name, why in decision.refused if name.startswith("onednn") or name == "reduction"),
                       decision.refused[0][1] if decision.refused else "no native implementation")
         counts[f"{part.nodes[0].op}: {reason}"] += 1
@@ -110,8 +110,9 @@ def run_entry(entry: Entry, out: Path, args) -> list[dict]:
             if label != "autofusion L0":
                 ready[label] = system.run
             if label == "autofusion L2":
-                row["not_native"] = not_native(system.model)
-                row["plan"] = system.model.plan.summary()
+                plan = system.model.program_for_inputs(feeds).plan   # of the branches these take
+                row["not_native"] = not_native(plan)
+                row["plan"] = plan.summary()
                 row["gflop"] = round(gflop(import_onnx(path), feeds), 3)
                 row["in_native_steps"] = round(native_share(system.model, feeds), 3)
         times = time_in_blocks(ready, rounds=args.rounds, block=args.block, warmup=args.warmup, pause_s=0.2,

@@ -177,6 +177,7 @@ def plan_regions(graph: Graph, max_nodes: int = MAX_NODES, max_inputs: int = MAX
         return None
 
     reader: dict[int, Region] = {}   # id() of a tensor read from outside → the last region reading
+    moved: dict[Region, Region] = {}   # a region merged into another → that one
     for n in order:
         if n not in candidates:
             continue
@@ -191,7 +192,7 @@ def plan_regions(graph: Graph, max_nodes: int = MAX_NODES, max_inputs: int = MAX
             why[n] = reason
         # else a sibling: the last region reading one of the same tensors (a norm's mean and
         # mean of squares, both of x), on the same terms
-        siblings = {reader[id(v)] for v in data_inputs(n) if v is not None and id(v) in reader}
+        siblings = {_live(reader[id(v)], moved) for v in data_inputs(n) if v is not None and id(v) in reader}
         siblings -= tried
         for r in sorted(siblings, key=lambda r: -r.first) if joined is None else ():
             if refuses(n, r, producers) is None:
@@ -207,6 +208,13 @@ def plan_regions(graph: Graph, max_nodes: int = MAX_NODES, max_inputs: int = MAX
             joined.inputs = _reads(n, joined, group)
         else:
             why.pop(n, None)
+            for other in sorted(tried - {joined}, key=lambda r: -r.first):
+                merged = _merged(joined, other, n, pos, group, max_nodes, max_inputs)
+                if merged is not None:
+                    for m in other.nodes:
+                        group[m] = joined
+                    moved[other] = joined
+                    joined.nodes, joined.first, joined.space, joined.inputs = merged
         group[n] = joined
         for v in data_inputs(n):
             if v is not None and (v.producer is None or group.get(v.producer) is not joined):
@@ -238,6 +246,48 @@ def plan_regions(graph: Graph, max_nodes: int = MAX_NODES, max_inputs: int = MAX
             code = _refusal(n) or "opaque"
             not_fused.append(NotFused(n.name, n.op_type, code, REASONS[code]))
     return RegionPlan(kept, not_fused)
+
+
+def _live(r: Region, moved: dict[Region, Region]) -> Region:
+    while r in moved:
+        r = moved[r]
+    return r
+
+
+MERGED_NODES = 16    # a region merged into the one its reader joined has at most this many ops,
+MERGING_NODES = 256  # and that one at most this many: a merge re-lays the space out (bounded work)
+
+
+def _merged(r: Region, other: Region, n: Node, pos: dict[Node, int], group: dict[Node, Region],
+            max_nodes: int, max_inputs: int) -> tuple | None:
+    """Region r (which n just joined) and `other`, another producer's region of n, as one: its
+    nodes, first position, space and inputs; None where that could make a cycle, breaks the
+    space or the limits. Two chains that meet (|a|² + |b|², two branches into one Add) are one
+    kernel so. Safe as a join is (the top of this file): every producer from outside both
+    started before the earlier of the two, so the merged group still comes after all it reads."""
+    if len(other.nodes) > MERGED_NODES or len(r.nodes) > MERGING_NODES or \
+            len(other.nodes) + len(r.nodes) > max_nodes:
+        return None
+    members = set(r.nodes) | set(other.nodes)
+    first = min(r.first, other.first)
+    for m in members:
+        for v in m.inputs:
+            p = v.producer if v is not None else None
+            if p is not None and p not in members and \
+                    (group[p].first if p in group else pos[p]) >= first:
+                return None
+    nodes = sorted(members, key=pos.__getitem__)
+    try:
+        space = Space.start(nodes[0])
+        for m in nodes[1:]:
+            space.join(m)
+    except LayoutError:
+        return None
+    inputs = {id(v) for m in nodes for v in m.inputs if v is not None and not _written_in(v)
+              and v.producer not in members}
+    if len(inputs) > max_inputs:
+        return None
+    return nodes, first, space, inputs
 
 
 def _reads(n: Node, r: Region, group: dict[Node, Region]) -> set[int]:

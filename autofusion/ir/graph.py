@@ -15,7 +15,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -286,6 +286,39 @@ class Graph:
     # ---- text form --------------------------------------------------------------------
     def __str__(self) -> str:
         return format_graph(self)
+
+
+def copied(graph: Graph, shape: Callable[[Shape], Shape] | None = None) -> Graph:
+    """A copy of the graph, its bodies copied too, sharing the constants' data (no pass writes
+    to it) and the nodes' plain attributes. shape: each value's shape in the copy, from the
+    original's (its sequence elements' too); constants keep theirs."""
+    def sized(s: Shape) -> Shape:
+        return s if shape is None else shape(s)
+
+    def value(v: Value) -> Value:
+        seq = v.sequence and SequenceType(v.sequence.dtype, sized(v.sequence.shape))
+        return Value(v.name, sized(v.shape), v.dtype, sequence=seq)
+
+    g = Graph(graph.name, graph.opset)
+    copies: dict[int, Value] = {}
+    for v in graph.inputs:
+        copies[id(v)] = c = value(v)
+        g._claim(v.name)
+        g.inputs.append(c)
+    for v in graph.constants.values():
+        copies[id(v)] = g.add_constant(v.name, v.const, v.dtype)
+    for n in graph.nodes:
+        outs = [value(o) for o in n.outputs]
+        for o in outs:
+            g._claim(o.name)
+        copies.update((id(o), c) for o, c in zip(n.outputs, outs))
+        attrs = {k: copied(a, shape) if isinstance(a, Graph) else a for k, a in n.attrs.items()}
+        node = Node(n.op_type, [None if v is None else copies[id(v)] for v in n.inputs], outs,
+                    attrs, n.name, n.domain, n.origin)
+        node.meta = dict(n.meta)
+        g.insert(node)
+    g.outputs = [copies[id(v)] for v in graph.outputs]
+    return g
 
 
 def _fmt_attr(v: Any) -> str:

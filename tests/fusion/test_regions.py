@@ -163,6 +163,49 @@ def test_a_join_that_could_order_after_a_later_group_is_refused():
         assert_close(a["y"], b["y"])
 
 
+def test_two_chains_that_meet_are_one_region():
+    """|a|² + |b|² of two slices (an STFT's magnitude): each square starts a region, the Add joins
+    the later one, and the earlier one merges into it (it read nothing started after it)."""
+    nodes = [helper.make_node("Slice", ["z", "s0", "e0", "ax"], ["a"], name="real"),
+             helper.make_node("Slice", ["z", "s1", "e1", "ax"], ["b"], name="imag"),
+             helper.make_node("Pow", ["a", "two"], ["a2"], name="pow_a"),
+             helper.make_node("Pow", ["b", "exponent"], ["b2"], name="pow_b"),
+             helper.make_node("Add", ["a2", "b2"], ["s"], name="add"),
+             helper.make_node("Sqrt", ["s"], ["y"], name="sqrt")]
+    # two exponents (an exporter's two constants): the squares share no input, so no sibling join
+    consts = {"two": np.array(2.0, np.float32), "exponent": np.array(2.0, np.float32), "ax": np.array([1]), "s0": np.array([0]), "e0": np.array([5]),
+              "s1": np.array([5]), "e1": np.array([10])}
+    model = onnx_model(nodes, {"z": (2, 10, 7)}, ["y"], consts)
+    graph, report = fuse(model, regions=True)
+    (region,) = [n for n in graph.nodes if n.op == "autofusion::Region"]
+    assert sorted(n.name for n in region.attrs["body"].nodes) == ["add", "pow_a", "pow_b", "sqrt"]
+    assert not [m for m in report.not_auto_fused if m.code == "alone"]
+    verify(graph)
+    z = np.random.default_rng(5).standard_normal((2, 10, 7)).astype(np.float32)
+    for backend in ("native", "torch"):
+        _, a, b = run_both(model, {"z": z}, backend)
+        assert_close(a["y"], b["y"])
+
+
+def test_a_merge_that_could_make_a_cycle_is_refused():
+    """exp(x) starts a region; relu(x) another; t = transpose(exp) is a group started between
+    them that reads the first, and relu's region reads it: merging the two around add(e, r)
+    would put the transpose both before and after the region."""
+    nodes = [helper.make_node("Exp", ["x"], ["e"], name="exp"),
+             helper.make_node("Neg", ["e"], ["n"], name="neg"),
+             helper.make_node("Transpose", ["n"], ["t"], name="transpose", perm=[1, 0]),
+             helper.make_node("Relu", ["t"], ["r"], name="relu"),
+             helper.make_node("Tanh", ["r"], ["q"], name="tanh"),
+             helper.make_node("Add", ["n", "q"], ["y"], name="add")]
+    model = onnx_model(nodes, {"x": (4, 4)}, ["y"])
+    graph, _ = fuse(model, regions=True)
+    verify(graph)   # a cycle fails the topological check
+    x = np.random.default_rng(6).standard_normal((4, 4)).astype(np.float32)
+    for backend in ("native", "torch"):
+        _, a, b = run_both(model, {"x": x}, backend)
+        assert_close(a["y"], b["y"])
+
+
 def test_disable_list_turns_automatic_fusion_off():
     compiled = autofusion.compile(chain_model(), disable="AutoFusion")
     assert "autofusion::Region" not in compiled.graph.op_histogram() and not compiled.report.regions

@@ -219,10 +219,15 @@ def emit_conv_transpose(node: Node, p: PartitionSource) -> None:
 
 # ---- padding ---------------------------------------------------------------------------------
 
+# Pad's modes that read the border from the input → the runtime's (native.h PadMode)
+PAD_MODES = {"reflect": "PadMode::Reflect", "edge": "PadMode::Edge", "wrap": "PadMode::Wrap"}
+
+
 def _pad_counts(node: Node) -> tuple[list[int], list[int], float] | str:
     """Pad's (before, after) counts per axis of its input and its constant value, or why not."""
-    if node.attr("mode", "constant") != "constant":
-        return f"mode {node.attr('mode')!r}: constant padding only"
+    mode = node.attr("mode", "constant")
+    if mode != "constant" and mode not in PAD_MODES:
+        return f"mode {mode!r}: constant, reflect, edge and wrap padding only"
     if opset_of(node) < 11:
         value = node.attr("value", 0.0)
     else:
@@ -241,9 +246,15 @@ def check_pad(node: Node) -> str | None:
 
 @native("Pad", check=check_pad, tensors=(0,))
 def emit_pad(node: Node, p: PartitionSource) -> None:
-    """The border filled with the value, the input copied into the interior (a negative count
-    crops): the runtime's fill and a reorder."""
+    """Constant: the border filled with the value, the input copied into the interior (a
+    negative count crops): the runtime's fill and a reorder. Reflect, edge, wrap: the runtime's
+    loop, each output row copied from the input row it reads."""
     before, after, value = _pad_counts(node)
+    mode = node.attr("mode", "constant")
+    if mode in PAD_MODES:
+        p.call("pad_from_input", p.out(node), p.ref(node.inputs[0]), dims(before), dims(after),
+               p.name(PAD_MODES[mode]))
+        return
     p.call("pad", p.out(node), p.ref(node.inputs[0]), dims(before), dims(after), p.float(value))
 
 
@@ -610,11 +621,22 @@ def check_view(node: Node) -> str | None:
     why = dense_or_integers(node)
     if why:
         return why
-    if product(x.shape) != product(y.shape):
+    if product(x.shape) != product(y.shape) and not _squeezes_kept(node):
         # the sizes of a call contradict the model (static), or the view's sizes are not shown
         # equal (symbolic): PyTorch runs it (and names the error)
         return f"its input has {product(x.shape)} elements and its output {product(y.shape)}"
     return None
+
+
+def _squeezes_kept(node: Node) -> bool:
+    """A Squeeze whose output is its input's other dims: its squeezed dims are 1 for every size
+    a call can have (symbolic ones: the shape rule refuses other sizes, sizes.py checks)."""
+    axes = node.input(1).const if node.input(1) is not None else node.attr("axes")
+    if node.op_type != "Squeeze" or axes is None:
+        return False
+    x, y = node.inputs[0].shape, node.outputs[0].shape
+    drop = {int(a) % len(x) for a in np.asarray(axes).reshape(-1)}
+    return tuple(d for i, d in enumerate(x) if i not in drop) == tuple(y)
 
 
 @native("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout", check=check_view,

@@ -91,6 +91,9 @@ def _squeeze(node: Node):
             return [(None, x.dtype)]
         return [(tuple(d for d in x.shape if d != 1), x.dtype)]
     drop = {normalize_axis(a, len(x.shape)) for a in axes}
+    for a in sorted(drop):
+        if isinstance(x.shape[a], int) and x.shape[a] != 1:
+            raise ValueError(f"Squeeze axis {a} has size {x.shape[a]}, not 1")
     return [(tuple(d for i, d in enumerate(x.shape) if i not in drop), x.dtype)]
 
 

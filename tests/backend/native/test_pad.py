@@ -1,6 +1,8 @@
-"""Pad in constant mode natively (impls.py emit_pad, the runtime's pad step: the border filled,
-the input copied into the interior, a negative count cropping): any axes, a value, opset 11 and
-18 forms (axes), symbolic sizes; equal to ONNX Runtime. Other modes and run-time pads refused."""
+"""Pad natively (impls.py emit_pad): constant mode by the runtime's pad step (the border filled,
+the input copied into the interior, a negative count cropping), reflect, edge and wrap by its
+pad_from_input loop (each output row copied from the input row it reads); any axes, a value,
+opset 11 and 18 forms (axes), symbolic sizes; equal to ONNX Runtime. Pads computed at run time
+and modes ONNX does not define are refused with their reason."""
 from __future__ import annotations
 
 import numpy as np
@@ -55,9 +57,29 @@ def test_symbolic_sizes():
     check(pad_model([1, 4, "h", "w"], [0, 0, 0, 1, 0, 0, 1, 1]), (1, 4, 3, 5), (1, 4, 8, 1), (1, 4, 1, 1))
 
 
+@pytest.mark.parametrize("mode", ["reflect", "edge"])
+@pytest.mark.parametrize("shape, pads", [
+    ([1, 3, 5, 6], [0, 0, 1, 2, 0, 0, 3, 4]),      # an image's border, both spatial axes
+    ([1, 512], [0, 64, 0, 0]),                      # an STFT's reflected frame (Silero VAD)
+    ([2, 4, 7], [0, 1, 0, 0, 2, 3]),                # an outer axis too
+    ([1, 3, 5, 6], [0, 0, -1, 2, 0, 0, 1, -2]),     # cropping and padding at once
+])
+def test_modes_that_read_the_border_from_the_input_equal_onnx_runtime(mode, shape, pads):
+    compiled = check(pad_model(shape, pads, mode=mode), tuple(shape))
+    assert "runtime pad" in str(compiled.plan)
+
+
+def test_wrap_equals_onnx_runtime():
+    model = pad_model([2, 3, 5], [0, 1, 2, 0, 2, 3], mode="wrap")
+    model.opset_import[0].version = 19   # wrap is opset 19's
+    check(model, (2, 3, 5))
+
+
+def test_reflect_for_any_size():
+    check(pad_model([1, "n"], [0, 3, 0, 2], mode="reflect"), (1, 9), (1, 4), (1, 40))
+
+
 @pytest.mark.parametrize("mode, pads_input, reason", [
-    ("reflect", False, "mode 'reflect': constant padding only"),
-    ("edge", False, "mode 'edge': constant padding only"),
     ("constant", True, "the pads are computed at run time"),
 ])
 def test_what_it_refuses_it_names(mode, pads_input, reason):

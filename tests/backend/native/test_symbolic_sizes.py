@@ -419,3 +419,25 @@ def test_the_size_check_probes_nodes_alike_once_and_still_refuses_sizes_that_do_
     assert sizes.SMALL_CONSTANT < 16 * 16
     with pytest.raises(autofusion.AutofusionError, match="do not fit"):
         model.run({"x": RNG.standard_normal((3, 8)).astype(np.float32)})
+
+
+def test_a_squeeze_of_a_symbolic_dim_is_a_view_and_a_size_other_than_1_is_named():
+    """Squeeze(x, axes=[1]) of x [n, k, 4]: native with k symbolic (the output is the input's
+    other dims: a view), equal to ONNX Runtime where k is 1; k = 3 is the InputError ONNX's
+    Squeeze makes it, naming the node, never bytes read past the input."""
+    g = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+         helper.make_node("Squeeze", ["r", "axes"], ["s"], name="squeeze"),
+         helper.make_node("Sigmoid", ["s"], ["y"], name="sigmoid")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", "k", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.array([1], np.int64), "axes")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    compiled = autofusion.compile(model, level=0, backend="native")
+    assert all(p.target == "native" for p in compiled.plan.partitions), compiled.plan
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for n in (1, 5):
+        x = RNG.standard_normal((n, 1, 4)).astype(np.float32)
+        np.testing.assert_allclose(compiled(x), session.run(None, {"x": x})[0], rtol=1e-6, atol=1e-6)
+    with pytest.raises(autofusion.InputError, match="squeeze.*axis 1 has size 3, not 1"):
+        compiled(RNG.standard_normal((2, 3, 4)).astype(np.float32))

@@ -58,6 +58,10 @@ enum class Bin { AF_BINS(AF_ENUMERATOR) };
 #define AF_POOLS(X) X(Max) X(AvgIncludePad) X(AvgExcludePad)
 enum class Pool { AF_POOLS(AF_ENUMERATOR) };
 
+// Pad's modes that copy the input into the border (constant fills it: pad())
+#define AF_PAD_MODES(X) X(Reflect) X(Edge) X(Wrap)
+enum class PadMode { AF_PAD_MODES(AF_ENUMERATOR) };
+
 #define AF_REDUCES(X) X(Mean) X(Sum) X(Max) X(Min) X(Prod)
 enum class Reduce { AF_REDUCES(AF_ENUMERATOR) };
 
@@ -108,6 +112,9 @@ class Partition {
   // src with `begin`/`end` values of `value` added before/after each axis (a negative count
   // crops): ONNX's Pad in constant mode; dst dense
   void pad(int dst, int src, const Dims& begin, const Dims& end, float value);
+  // dst: src with `begin`/`end` more values before/after it per axis (a negative count crops it
+  // first), the border read from what is left as the mode says (numpy's reflect, edge, wrap)
+  void pad_from_input(int dst, int src, const Dims& begin, const Dims& end, PadMode mode);
   // ONNX's LSTM (layout 0, default activations) as oneDNN's: x [T, N, I]; w [1, D, I, 4, H] and
   // r [1, D, H, 4, H] (ldigo, gates in oneDNN's order i, f, c, o), b [1, D, 4, H] (ONNX's two
   // biases summed), constants; h0, c0 [D, N, H] or -1 (zeros); y [T, D, N, H], y_h and y_c

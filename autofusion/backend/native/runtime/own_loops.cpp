@@ -11,6 +11,8 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
+#include <cstring>
 #include <functional>
 #include <numeric>
 #include <type_traits>
@@ -337,6 +339,76 @@ void Partition::Impl::fill(int y, float value) {
     for (int64_t i = 0; i < n; ++i) ys[i] = value;
   };
   own.kernel = "runtime fill";
+  execs.push_back(std::move(own));
+}
+
+// where output index i (of the padded axis, less the count before) reads the input of n values:
+// numpy's "reflect" (mirrored about the ends, again for pads longer than the input), "edge"
+// (the end value), "wrap" (from the other end)
+static int64_t padded_from(int64_t i, int64_t n, PadMode mode) {
+  if (i >= 0 && i < n) return i;
+  switch (mode) {
+    case PadMode::Edge: return i < 0 ? 0 : n - 1;
+    case PadMode::Wrap: return ((i % n) + n) % n;
+    case PadMode::Reflect: {
+      if (n == 1) return 0;
+      const int64_t period = 2 * (n - 1);
+      const int64_t k = ((i % period) + period) % period;
+      return k < n ? k : period - k;
+    }
+  }
+  return 0;
+}
+
+// Pad in a mode that reads its border from the input (row-major, any element size): each output
+// row (all axes but the last) copies from the input row its index maps to, its interior in one
+// memcpy and its border value by value. A negative count crops first: the border repeats what is
+// left (as the PyTorch kernel does)
+void Partition::Impl::pad_from_input(int x, int y, const Dims& begin, const Dims& end, PadMode mode) {
+  const Dims from = md_of(x).get_dims(), to = md_of(y).get_dims();
+  const int rank = int(to.size());
+  const size_t size = memory::data_type_size(md_of(x).get_data_type());
+  Exec own{dnnl::primitive(), {use(DNNL_ARG_SRC, x), use(DNNL_ARG_DST, y)}, {}, node, step};
+  own.own = [=](Exec& e) {
+    const char* xs = static_cast<const char*>(e.bound[DNNL_ARG_SRC].get_data_handle());
+    char* ys = static_cast<char*>(e.bound[DNNL_ARG_DST].get_data_handle());
+    // per axis: the first input index kept, how many are kept, the output index they start at
+    auto kept = [&](int a) {
+      const int64_t lo = std::max<int64_t>(-begin[a], 0);
+      return std::array<int64_t, 3>{lo, from[a] - lo - std::max<int64_t>(-end[a], 0),
+                                    std::max<int64_t>(begin[a], 0)};
+    };
+    if (rank == 0) {
+      std::memcpy(ys, xs, size);
+      return;
+    }
+    const auto [first, last_in, before] = kept(rank - 1);
+    const int64_t last_out = to[rank - 1];
+    int64_t rows = 1;
+    for (int a = 0; a + 1 < rank; ++a) rows *= to[a];
+    // the interior of a row: the outputs [lo, hi) that read inputs lo - before ...
+    const int64_t lo = std::clamp<int64_t>(before, 0, last_out);
+    const int64_t hi = std::clamp<int64_t>(before + last_in, lo, last_out);
+#pragma omp parallel for schedule(static) if (rows * last_out >= PARALLEL_FROM)
+    for (int64_t r = 0; r < rows; ++r) {
+      int64_t source = 0, rest = r, stride = 1;
+      for (int a = rank - 2; a >= 0; --a) {   // the input row this output row reads
+        const int64_t i = rest % to[a];
+        rest /= to[a];
+        const auto [skipped, n, at] = kept(a);
+        source += (skipped + padded_from(i - at, n, mode)) * stride;
+        stride *= from[a];
+      }
+      const char* in = xs + size_t(source * from[rank - 1] + first) * size;
+      char* out = ys + size_t(r * last_out) * size;
+      if (hi > lo) std::memcpy(out + lo * size, in + (lo - before) * size, size_t(hi - lo) * size);
+      for (int64_t j = 0; j < lo; ++j)
+        std::memcpy(out + j * size, in + padded_from(j - before, last_in, mode) * size, size);
+      for (int64_t j = hi; j < last_out; ++j)
+        std::memcpy(out + j * size, in + padded_from(j - before, last_in, mode) * size, size);
+    }
+  };
+  own.kernel = "runtime pad";
   execs.push_back(std::move(own));
 }
 

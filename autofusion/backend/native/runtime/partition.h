@@ -361,6 +361,7 @@ struct Partition::Impl {
                      const dnnl::convolution_forward::primitive_desc& pd, const Acts& acts);
   void reduction(int x, int y, Reduce op, int64_t outer, int64_t run, int64_t inner);
   void fill(int y, float value);
+  void pad_from_input(int x, int y, const Dims& begin, const Dims& end, PadMode mode);
   void column_softmax(int x, int y, int64_t outer, int64_t run, int64_t inner, bool log);
   void row_layer_norm(int x, int r, int scale, int bias, int y, int64_t rows, int64_t cols, float epsilon);
   bool gemv_takes_rows() const;

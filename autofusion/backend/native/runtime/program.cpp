@@ -91,6 +91,15 @@ Pool pool(const std::string& name) {
   return qualified(name, "Pool", values);
 }
 
+PadMode pad_mode(const std::string& name) {
+  static const std::vector<std::pair<std::string, PadMode>> values{
+#define AF_PAD_MODE(name) AF_NAMED(PadMode, name)
+      AF_PAD_MODES(AF_PAD_MODE)
+#undef AF_PAD_MODE
+  };
+  return qualified(name, "PadMode", values);
+}
+
 Bin bin(const std::string& name) {
   static const std::vector<std::pair<std::string, Bin>> values{
 #define AF_BIN(name) AF_NAMED(Bin, name)
@@ -179,6 +188,7 @@ void make(Partition& p, const Call& c) {
     p.lstm(c.i(0), c.i(1), c.i(2), c.i(3), c.i(4), c.i(5), c.i(6), c.i(7), c.i(8), c.i(9));
   else if (m == "gru") p.gru(c.i(0), c.i(1), c.i(2), c.i(3), c.i(4), c.i(5), c.i(6), c.i(7), c.flag(8));
   else if (m == "pad") p.pad(c.i(0), c.i(1), c.dims(2), c.dims(3), c.f(4));
+  else if (m == "pad_from_input") p.pad_from_input(c.i(0), c.i(1), c.dims(2), c.dims(3), pad_mode(c.name(4)));
   else if (m == "pool")
     p.pool(c.i(0), c.i(1), pool(c.name(2)), c.dims(3), c.dims(4), c.dims(5), c.dims(6), c.dims(7));
   else if (m == "mean_in_gate") p.mean_in_gate(c.i(0), c.i(1));

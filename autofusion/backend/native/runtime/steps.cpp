@@ -238,6 +238,18 @@ void Partition::pad(int dst, int src, const Dims& begin, const Dims& end, float 
   m.finish(dst, y);
 }
 
+void Partition::pad_from_input(int dst, int src, const Dims& begin, const Dims& end, PadMode mode) {
+  Impl& m = *impl_;
+  const Dims& from = m.val(src).shape;
+  const int x = m.ensure(src, plain(from));
+  const int y = m.produce(dst, plain(m.val(dst).shape));
+  for (size_t a = 0; a < from.size(); ++a)
+    if (from[a] - std::max<int64_t>(-begin[a], 0) - std::max<int64_t>(-end[a], 0) < 1)
+      m.fail("a border read from an empty input");
+  m.pad_from_input(x, y, begin, end, mode);
+  m.finish(dst, y);
+}
+
 void Partition::pool(int dst, int src, Pool kind, const Dims& kernel, const Dims& strides,
                      const Dims& dilations, const Dims& pad_begin, const Dims& pad_end) {
   Impl& m = *impl_;
