@@ -195,8 +195,10 @@ def _checked(tensors: list) -> list:
     return tensors
 
 
-def _values(a) -> tuple:
-    return tuple(np.asarray(a).reshape(-1).tolist())
+def _values(a):
+    """A small array's values, hashable (a 0-d array's: a number)."""
+    values = a.tolist()
+    return tuple(np.ravel(values).tolist()) if isinstance(values, list) else values
 
 
 def decidable(graph: Graph) -> Decision | None:

@@ -303,8 +303,8 @@ def _on_caller(part, key: tuple, context: int, threads: int, tensors: list[torch
         torch.set_num_threads(threads)
     try:
         built = part.for_sizes(key, context)
-        with affinity.caller_held(part.library, threads):
-            return built.run_checked(tensors, check)
+        cpus = affinity.pin_workers(part.library, threads)
+        return built.run_checked(tensors, check, hold_cpu=cpus[0] if cpus else -1)
     finally:
         if threads != own:
             torch.set_num_threads(own)
