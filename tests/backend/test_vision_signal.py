@@ -43,8 +43,9 @@ def check(model, feeds, rtol=1e-5, atol=1e-5, kernel=None):
 
 
 @pytest.fixture(params=["C++ kernel", "torch"])
-def roi_align_kernel(request, monkeypatch):
-    """RoiAlign's implementations: C++ where there is a compiler, PyTorch's everywhere."""
+def cpp_kernel(request, monkeypatch):
+    """RoiAlign's and NonMaxSuppression's implementations: C++ where there is a compiler,
+    PyTorch's everywhere."""
     if request.param == "torch":
         monkeypatch.setattr(cpp_kernels, "unavailable", lambda: "no C++ compiler (this test)")
     elif native.unavailable() is not None:
@@ -89,18 +90,18 @@ def test_grid_sample(mode, padding, corners):
 @pytest.mark.parametrize("mode", ["avg", "max"])
 @pytest.mark.parametrize("transform", ["half_pixel", "output_half_pixel"])
 @pytest.mark.parametrize("ratio", [0, 2])
-def test_roi_align(mode, transform, ratio, roi_align_kernel):
+def test_roi_align(mode, transform, ratio, cpp_kernel):
     x = floats(2, 3, 10, 12)
     rois = np.array([[0, 0, 9, 9], [1.5, 2.2, 7.1, 6.3], [4, 4, 4.5, 4.2], [-2, -1, 20, 15]], np.float32)
     batch = np.array([0, 1, 1, 0], np.int64)
     model = one_node("RoiAlign", {"x": x}, {"rois": rois, "batch": batch}, 16, mode=mode,
                      coordinate_transformation_mode=transform, sampling_ratio=ratio,
                      output_height=3, output_width=4, spatial_scale=0.9)
-    check(model, {"x": x}, rtol=1e-4, atol=1e-5, kernel=roi_align_kernel)
+    check(model, {"x": x}, rtol=1e-4, atol=1e-5, kernel=cpp_kernel)
 
 
 @pytest.mark.parametrize("mode", ["avg", "max"])
-def test_roi_align_of_many_regions(mode, roi_align_kernel):
+def test_roi_align_of_many_regions(mode, cpp_kernel):
     """Many regions over two images, of every size (sampling grids from none to 9 × 6, some
     partly or wholly outside the image, some empty)."""
     x = floats(2, 5, 23, 17)
@@ -109,14 +110,14 @@ def test_roi_align_of_many_regions(mode, roi_align_kernel):
     batch = RNG.integers(0, 2, 60)
     model = one_node("RoiAlign", {"x": x}, {"rois": rois.astype(np.float32), "batch": batch}, 16,
                      mode=mode, output_height=3, output_width=5, spatial_scale=0.7)
-    check(model, {"x": x}, rtol=1e-4, atol=1e-5, kernel=roi_align_kernel)
+    check(model, {"x": x}, rtol=1e-4, atol=1e-5, kernel=cpp_kernel)
 
 
-def test_roi_align_of_no_regions_and_a_batch_index_outside_the_batch(roi_align_kernel):
+def test_roi_align_of_no_regions_and_a_batch_index_outside_the_batch(cpp_kernel):
     x = floats(2, 3, 8, 8)
     rois = np.array([[0, 0, 4, 4]], np.float32)
     feeds = {"x": x, "rois": rois[:0], "batch": np.zeros(0, np.int64)}
-    check(one_node("RoiAlign", feeds, {}, 16), feeds, kernel=roi_align_kernel)
+    check(one_node("RoiAlign", feeds, {}, 16), feeds, kernel=cpp_kernel)
     for outside in (2, -1):
         model = one_node("RoiAlign", {"x": x}, {"rois": rois, "batch": np.array([outside], np.int64)}, 16)
         with pytest.raises(autofusion.NodeExecutionError, match="RoiAlign_0.*batch index is outside"):
@@ -125,7 +126,7 @@ def test_roi_align_of_no_regions_and_a_batch_index_outside_the_batch(roi_align_k
 
 @pytest.mark.parametrize("center_point", [0, 1])
 @pytest.mark.parametrize("iou, score", [(0.5, None), (0.3, 0.2), (0.0, 0.5)])
-def test_non_max_suppression(center_point, iou, score):
+def test_non_max_suppression(center_point, iou, score, cpp_kernel):
     corner = RNG.uniform(0, 10, (2, 40, 2))
     size = RNG.uniform(0.5, 4, (2, 40, 2))
     boxes = np.concatenate([corner, corner + size] if not center_point else [corner, size], -1)
@@ -135,10 +136,10 @@ def test_non_max_suppression(center_point, iou, score):
         consts["score"] = np.array([score], np.float32)
     model = one_node("NonMaxSuppression", {"boxes": boxes, "scores": scores}, consts, 11,
                      out=TensorProto.INT64, center_point_box=center_point)
-    check(model, {"boxes": boxes, "scores": scores})
+    check(model, {"boxes": boxes, "scores": scores}, kernel=cpp_kernel)
 
 
-def test_non_max_suppression_of_a_batched_nms():
+def test_non_max_suppression_of_a_batched_nms(cpp_kernel):
     """torchvision's batched NMS: one class of thousands of boxes, each class's boxes moved apart
     by an offset; clusters of near-copies, tied scores, degenerate boxes; no limit that binds."""
     classes, per_class = 40, 60
@@ -152,7 +153,36 @@ def test_non_max_suppression_of_a_batched_nms():
     feeds = {"boxes": boxes[None].astype(np.float32), "scores": scores[None, None].astype(np.float32)}
     consts = {"k": np.array([10_000], np.int64), "iou": np.array([0.45], np.float32),
               "score": np.array([0.05], np.float32)}
-    check(one_node("NonMaxSuppression", feeds, consts, 11, out=TensorProto.INT64), feeds)
+    check(one_node("NonMaxSuppression", feeds, consts, 11, out=TensorProto.INT64), feeds, kernel=cpp_kernel)
+
+
+@pytest.mark.skipif(native.unavailable() is not None, reason="no C++ compiler")
+@settings(max_examples=80, deadline=None)
+@given(st.integers(0, 2), st.integers(0, 80), st.integers(0, 4), st.integers(0, 2**32 - 1), st.booleans())
+def test_the_cpp_selection_is_the_pytorch_kernel_s(batches, n, classes, seed, center_point):
+    """On boxes in clusters and apart, tied and NaN scores, degenerate, inverted and infinite
+    boxes, any limit and floor: the C++ kernel keeps exactly the boxes the PyTorch one keeps."""
+    from autofusion.backend.torch_cpu.vision import _non_max_suppression
+    import torch
+    rng = np.random.default_rng(seed)
+    centre = rng.choice([rng.uniform(0, 30, (batches, n, 2)), rng.integers(0, 4, (batches, n, 2)) * 3.0])
+    size = rng.uniform(-1, 8, (batches, n, 2)).round(1)
+    boxes = np.concatenate([centre, size] if center_point else [centre, centre + size], -1).astype(np.float32)
+    if n:
+        boxes[..., rng.integers(0, n), rng.integers(0, 4)] = rng.choice([np.inf, -np.inf, 5.0])
+    scores = rng.random((batches, classes, n)).round(1).astype(np.float32)
+    if n:
+        scores[..., rng.integers(0, n)] = np.nan
+    args = [torch.from_numpy(boxes), torch.from_numpy(scores), torch.tensor([int(rng.integers(0, 12))]),
+            torch.tensor([np.float32(rng.choice([0.0, 0.3, 0.5]))])]
+    if rng.random() < 0.5:
+        args.append(torch.tensor([np.float32(rng.choice([0.0, 0.4]))]))
+    node = one_node("NonMaxSuppression", {"boxes": boxes, "scores": scores}, {}, 11, out=TensorProto.INT64,
+                    center_point_box=int(center_point))
+    (ir_node,) = autofusion.api.load(node).nodes
+    want = _non_max_suppression(ir_node)(*args)
+    got = cpp_kernels.non_max_suppression(ir_node)(*args)
+    assert got.tolist() == want.tolist()
 
 
 @settings(max_examples=60, deadline=None)

@@ -1,5 +1,6 @@
 """Hand-written C++ kernels for ops whose PyTorch form is a Python loop, called from a torch step:
-RoiAlign (runtime/roi_align.h; PyTorch: one pooling per region, vision.py).
+RoiAlign (runtime/roi_align.h; PyTorch: one pooling per region, vision.py) and NonMaxSuppression
+(runtime/nms.h; PyTorch: numpy over every overlapping pair, then a Python loop over the boxes).
 
 Their sizes are known only at run time (a detector's regions come out of its NMS), so they are
 not steps of a native partition, which is specialised per shape; each is built once into a small
@@ -20,7 +21,7 @@ from ...fusion.cost import node_roofline
 from ...ir import DType, Node
 from ..impl import LAUNCH_S, Impl, register
 from ..native.build import NativeBuildError, kernel_library, toolchain, unavailable
-from .vision import check_batch_indices
+from .vision import _scalar, check_batch_indices
 
 ROI_ALIGN_SOURCE = """// autofusion: RoiAlign, called from PyTorch
 #include "roi_align.h"
@@ -47,13 +48,76 @@ def _roi_align_entry():
     return fn
 
 
-def _float32_refusal(node: Node) -> str | None:
-    why = unavailable()
-    if why is not None:
-        return f"no native code on this machine: {why}"
-    if any(v is None or v.dtype != DType.FLOAT for v in node.inputs[:2]):
-        return "its image and regions are not float32"
-    return None
+NMS_SOURCE = """// autofusion: NonMaxSuppression, called from PyTorch
+#include "nms.h"
+
+extern "C" int64_t af_nms(const float* boxes, const float* scores, int64_t batches, int64_t classes,
+                          int64_t n, int center_point, float threshold, int has_floor, float floor,
+                          int64_t limit, int64_t* selected) {
+  int64_t count = 0;
+  std::vector<int64_t> kept;
+  for (int64_t b = 0; b < batches; ++b) {
+    const af::Corners corners = af::corners_of(boxes + b * n * 4, n, center_point != 0);
+    for (int64_t c = 0; c < classes; ++c) {
+      kept.clear();
+      af::select_boxes(corners, scores + (b * classes + c) * n, n, has_floor != 0, floor, threshold, limit, kept);
+      for (int64_t i : kept) {
+        selected[3 * count] = b, selected[3 * count + 1] = c, selected[3 * count + 2] = i;
+        ++count;
+      }
+    }
+  }
+  return count;
+}
+"""
+
+
+@functools.lru_cache(maxsize=None)
+def _nms_entry():
+    try:
+        lib = ctypes.CDLL(str(kernel_library(toolchain(), NMS_SOURCE)))
+    except (NativeBuildError, OSError) as e:
+        raise KernelBuildError(f"the C++ NonMaxSuppression does not build: {e}") from None
+    fn, i64, ptr, f32, flag = lib.af_nms, ctypes.c_int64, ctypes.c_void_p, ctypes.c_float, ctypes.c_int
+    fn.restype = i64
+    fn.argtypes = [ptr, ptr, i64, i64, i64, flag, f32, flag, f32, i64, ptr]
+    return fn
+
+
+def non_max_suppression(node: Node):
+    """Each batch's and class's boxes kept in C++ (runtime/nms.h), compared only with kept boxes
+    their x-range can meet."""
+    entry = _nms_entry()
+    center_point = int(bool(node.attr("center_point_box", 0)))
+
+    def run(boxes, scores, max_output=None, iou_threshold=None, score_threshold=None):
+        if boxes.dim() != 3 or boxes.shape[2] != 4 or scores.dim() != 3 or scores.shape[0] != boxes.shape[0] \
+                or scores.shape[2] != boxes.shape[1]:
+            raise ValueError(f"NonMaxSuppression takes boxes [batches, n, 4] and scores [batches, classes, n]; "
+                             f"got {list(boxes.shape)} and {list(scores.shape)}")
+        limit = max(int(_scalar(max_output, 0)), 0)
+        floor = _scalar(score_threshold, None)
+        batches, classes, n = scores.shape
+        limit = min(limit, n)
+        selected = torch.empty(batches * classes * limit, 3, dtype=torch.int64)
+        boxes, scores = boxes.to(torch.float32).contiguous(), scores.to(torch.float32).contiguous()
+        count = entry(boxes.data_ptr(), scores.data_ptr(), batches, classes, n, center_point,
+                      float(_scalar(iou_threshold, 0.0)), int(floor is not None),
+                      0.0 if floor is None else float(floor), limit, selected.data_ptr())
+        return selected[:count].clone()
+    return run
+
+
+def _float32_refusal(what: str):
+    """The check of a kernel reading float32 `what` (its first two inputs)."""
+    def refusal(node: Node) -> str | None:
+        why = unavailable()
+        if why is not None:
+            return f"no native code on this machine: {why}"
+        if any(v is None or v.dtype != DType.FLOAT for v in node.inputs[:2]):
+            return f"its {what} are not float32"
+        return None
+    return refusal
 
 
 def roi_align(node: Node):
@@ -81,6 +145,10 @@ def roi_align(node: Node):
 
 
 # one ctypes call over the node's bytes; the PyTorch kernel's estimate counts one launch, not one a region
-register("RoiAlign", Impl("C++ kernel", "torch", _float32_refusal, build=roi_align,
+register("RoiAlign", Impl("C++ kernel", "torch", _float32_refusal("image and regions"), build=roi_align,
                           estimate=lambda node: LAUNCH_S["native"] + node_roofline(node),
                           doc="the regions pooled in C++, each region's samples found once for all its channels"))
+register("NonMaxSuppression", Impl("C++ kernel", "torch", _float32_refusal("boxes and scores"),
+                                   build=non_max_suppression,
+                                   estimate=lambda node: LAUNCH_S["native"] + node_roofline(node),
+                                   doc="boxes kept in C++, each compared only with kept boxes its x-range meets"))
