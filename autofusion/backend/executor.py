@@ -26,8 +26,11 @@ import torch
 from ..errors import KernelBuildError, NodeExecutionError, UnsupportedOpError
 from ..ir import Graph, Node
 from ..ir.dtypes import tensor_to_numpy
+from ..ir.dims import shape_value
+from ..ir.symbolic import evaluate, symbols
 from .impl import torch_impl
-from .lower import Plan, sizes_derived
+from .lower import Plan, run_time_sizes, sizes_derived
+from .native.library import SizesOutOfReach
 from .torch_cpu import KERNELS, to_torch
 
 
@@ -46,6 +49,7 @@ class Step:
     dead: list[str]
     node: Node | None    # the node a failure on the line names (None for a native partition)
     sizes_only: bool = False   # its results depend on the call's sizes alone (memoized per set)
+    learns: str = ""     # a line after it adding to _sizes what its results show (lower.run_time_sizes)
 
 
 class SizesMemo:
@@ -163,6 +167,8 @@ class Program:
                 lines.append(indent + "    _t = _clock()")
             lines.append(indent + step.call)
             line_nodes[len(lines)] = step.node
+            if step.learns:
+                lines.append(indent + step.learns)
             if profiled:
                 lines.append(indent + f"    _times[{j}] += _clock() - _t")
             dead = [name for name in step.dead if name not in keep]
@@ -196,6 +202,7 @@ class Program:
         (kernels, native partitions, constants), and the names of the values computed from sizes
         alone that other steps or the results read."""
         sized = sizes_only(graph, plan) if sizes_memo else set()
+        learned = _learned_sizes(graph, plan, sized)
         names: dict[int, str] = {}
         namespace: dict[str, Any] = {}
         for i, v in enumerate(graph.inputs):
@@ -206,7 +213,7 @@ class Program:
         steps = []
         for part in plan.partitions:
             if part.target == "native":
-                namespace[f"p{part.index}"] = native[part.index]
+                namespace[f"p{part.index}"] = _or_on_pytorch(native[part.index], part)
                 steps.append((part.nodes, part.inputs, part.outputs, f"p{part.index}", None))
             else:
                 n = part.nodes[0]
@@ -239,7 +246,7 @@ class Program:
                     failed.append(f"cannot build a kernel for {n.describe()}: {type(e).__name__}: {e}")
             outs = []
             for v in writes:
-                if v.uses or id(v) in keep:
+                if v.uses or id(v) in keep or id(v) in learned:
                     names[id(v)] = f"v{counter}"
                     counter += 1
                     outs.append(names[id(v)])
@@ -259,8 +266,11 @@ class Program:
             dead = sorted({names[id(v)] for v in reads if v is not None and v.const is None
                            and last_use.get(id(v)) == j and id(v) not in keep
                            and v.producer is not None})
+            learns = ", ".join(f"{symbol!r}: {names[id(v)]}.shape[{axis}]" for v in writes if id(v) in learned
+                               for symbol, axis in learned[id(v)])
             body.append(Step(f"    {lhs} = {fn_name}({', '.join(args)})", dead,
-                             nodes[0] if len(nodes) == 1 else None, id(nodes[0]) in sized))
+                             nodes[0] if len(nodes) == 1 else None, id(nodes[0]) in sized,
+                             f"    _sizes = {{**(_sizes or {{}}), {learns}}}" if learns else ""))
         if failed:
             raise KernelBuildError(failed[0] if len(failed) == 1 else
                                    f"{len(failed)} nodes have no kernel here:\n" + "\n".join(f"  {f}" for f in failed))
@@ -354,6 +364,73 @@ def sizes_only(graph: Graph, plan: Plan) -> set[int]:
     the cleanup could compute from the inputs reads their Shapes already: passes.cleanup
     shapes_from_inputs). Their steps run first, before the steps they do not read."""
     return {id(n) for n in sizes_derived(graph) if plan.decisions[n].impl.target == "torch"}
+
+
+def _or_on_pytorch(native: Callable, part) -> Callable:
+    """The native partition's call, or, where the call's sizes are out of its reach (a count a
+    NonZero made is 0: oneDNN takes no empty tensor), its nodes run on PyTorch's kernels for
+    that call alone — the rest of the program stays native (a detector's FPN level with no box
+    over the threshold, RetinaNet's every call with random weights)."""
+    on_pytorch: list[Callable] = []
+
+    def call(sizes, *xs):
+        try:
+            return native(sizes, *xs)
+        except SizesOutOfReach:
+            if not on_pytorch:
+                on_pytorch.append(_nodes_on_pytorch(part))
+            if on_pytorch[0] is None:
+                raise   # the model runs the call on PyTorch's kernels (model.py)
+            known = {**(sizes or {}), **dict(zip(native.symbols, native.sizes_of(sizes, xs)))}
+            with torch.inference_mode():
+                return on_pytorch[0](known, *xs)
+    return call
+
+
+def _nodes_on_pytorch(part) -> Callable | None:
+    """A function of the call's sizes and the partition's inputs computing its outputs with each
+    node's PyTorch kernel. What the native steps took from the plan instead of reading it (a
+    reshape's target computed from Shapes, lower.needed_at_run_time) is made from the sizes;
+    None where such a value is not dims (ir.dims.shape_value)."""
+    steps = []
+    for n in part.nodes:
+        fn = torch_impl(n).build(n)
+        skip = getattr(fn, "baked_inputs", ())
+        steps.append((fn, [v for i, v in enumerate(n.inputs) if i not in skip], n.outputs))
+    constants = {id(v): to_torch(v.const, v.dtype, v.name) for n in part.nodes for v in n.inputs
+                 if v is not None and v.const is not None}
+    made = {id(v) for n in part.nodes for v in n.outputs} | set(map(id, part.inputs)) | set(constants)
+    held = {id(v): v for _, reads, _ in steps for v in reads if v is not None and id(v) not in made}
+    if any(shape_value(v) is None or v.rank not in (0, 1) for v in held.values()):
+        return None
+
+    def run(sizes, *xs):
+        values = dict(constants)
+        values.update(zip(map(id, part.inputs), xs))
+        for key, v in held.items():
+            dims = [evaluate(d, sizes) for d in shape_value(v)]
+            values[key] = torch.tensor(dims if v.rank else dims[0], dtype=torch.int64)
+        for fn, reads, writes in steps:
+            out = fn(*(None if v is None else values[id(v)] for v in reads))
+            values.update(zip(map(id, writes), out if len(writes) > 1 else (out,)))
+        return tuple(values[id(v)] for v in part.outputs)
+    return run
+
+
+
+def _learned_sizes(graph: Graph, plan: Plan, sized: set[int]) -> dict[int, list[tuple[str, int]]]:
+    """Per PyTorch step result (by id), the sizes a native partition after it needs that the
+    call's inputs do not give, with their axes (lower.run_time_sizes)."""
+    given = {d for v in graph.inputs for d in v.shape or () if isinstance(d, str)}
+    wanted = {s for part in plan.partitions if part.target == "native" for n in part.nodes
+              for v in (*n.inputs, *n.outputs) if v is not None for d in v.shape or () for s in symbols(d)}
+    order = [n for part in plan.partitions for n in part.nodes]
+    ahead = {n for n in order if id(n) in sized}
+    out: dict[int, list[tuple[str, int]]] = {}
+    for symbol, (v, axis) in run_time_sizes(order, plan.decisions, ahead).items():
+        if symbol in wanted and symbol not in given:
+            out.setdefault(id(v), []).append((symbol, axis))
+    return out
 
 
 def _number(name: str) -> int:

@@ -168,11 +168,13 @@ def lower(graph: Graph, backend: str = "auto", native_unavailable: str | None = 
             d = decisions[n] = choose(n, ("torch",))
             d.refused.insert(0, ("onednn", "it depends on the inputs' sizes alone: computed once per set of "
                                            "sizes, ahead of the run"))
-    given = {d for v in graph.inputs for d in v.shape or () if isinstance(d, str)}
+    inputs_give = {d for v in graph.inputs for d in v.shape or () if isinstance(d, str)}
+    ahead = set(sizes_derived(graph))
     while True:   # each round leaves a node whose sizes no one gives to PyTorch; rarely a second
         needed = needed_at_run_time(graph, decisions)   # a node moved to PyTorch reads all its inputs
         order = schedule(graph, {n: d.impl.target for n, d in decisions.items()}, needed)
         partitions = split(order, decisions)
+        given = inputs_give | set(run_time_sizes(order, decisions, ahead))
         unbound = {n: s for part in partitions if part.target == "native"
                    for n, s in unbound_sizes(part, given).items()}
         if not unbound:
@@ -210,6 +212,23 @@ def sizes_derived(graph: Graph) -> list[Node]:
         if ok:
             found.append(n)
             made |= {id(v) for v in n.outputs}
+    return found
+
+
+def run_time_sizes(order: list[Node], decisions: dict[Node, Decision], ahead: set[Node]) -> dict[str, tuple[Value, int]]:
+    """The sizes a call learns as it runs: each symbol that is a dim of a PyTorch step's result
+    (a Resize to computed sizes, a count NonZero made), with the first such result in the run's
+    order and its axis. The executor reads it there, and hands it to the native partitions after
+    (whose inputs may show it only through arithmetic: an FPN level's floor(h/8)). Steps computed
+    from the inputs' sizes alone (`ahead`, memoized) are left out."""
+    found: dict[str, tuple[Value, int]] = {}
+    for n in order:
+        if decisions[n].impl.target != "torch" or n in ahead:
+            continue
+        for v in n.outputs:
+            for axis, d in enumerate(v.shape or ()):
+                if isinstance(d, str):
+                    found.setdefault(d, (v, axis))
     return found
 
 

@@ -300,6 +300,69 @@ def test_a_size_only_the_run_knows_is_read_off_the_next_partitions_input():
     assert {key[0] for key in part.built} == counts
 
 
+def picked_rows_model():
+    weight = RNG.standard_normal((8, 16)).astype(np.float32)
+    nodes = [helper.make_node("Relu", ["x"], ["rx"]),
+             helper.make_node("ReduceMax", ["rx"], ["m"], axes=[1], keepdims=0),
+             helper.make_node("Greater", ["m", "half"], ["picked_rows"]),
+             helper.make_node("NonZero", ["picked_rows"], ["idx"]),
+             helper.make_node("Squeeze", ["idx", "axis0"], ["rows"]),
+             helper.make_node("Gather", ["rx", "rows"], ["picked"], axis=0),
+             helper.make_node("MatMul", ["picked", "w"], ["mm"]),
+             helper.make_node("Sigmoid", ["mm"], ["y"])]
+    g = helper.make_graph(nodes, "picked", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(weight, "w"), numpy_helper.from_array(np.array(0.5, np.float32), "half"),
+                           numpy_helper.from_array(np.array([0], np.int64), "axis0")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_a_count_of_0_runs_that_partition_alone_on_pytorch():
+    """No row picked: the partition after the NonZero cannot be set up (oneDNN takes no empty
+    tensor), so its nodes run on PyTorch for that call; the rest of the call stays native (the
+    model's all-PyTorch program is never made)."""
+    m = picked_rows_model()
+    model = autofusion.compile(m, backend="native")
+    session = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    for x in (-np.abs(RNG.standard_normal((6, 8))), RNG.standard_normal((6, 8)), np.zeros((3, 8))):
+        x = x.astype(np.float32)
+        want = session.run(None, {"x": x})[0]
+        got = model(x)
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert model.program.exact is None
+
+
+def test_a_size_a_pytorch_step_makes_is_handed_to_the_partitions_after_it():
+    """A Resize to sizes an input gives makes dims ONNX names unk__N; the convolution after a
+    PyTorch step sees them only through floor arithmetic (no input of its partition has them as
+    dims), yet runs natively: the call reads them off the Resize's result and hands them on."""
+    rng = np.random.default_rng(7)
+    w1, w2 = (rng.standard_normal((4, 4, 3, 3)).astype(np.float32) for _ in range(2))
+    nodes = [helper.make_node("Concat", ["lead", "hw"], ["sizes"], axis=0),
+             helper.make_node("Resize", ["x", "", "", "sizes"], ["r"], mode="nearest"),
+             helper.make_node("Conv", ["r", "w1"], ["c1"], strides=[2, 2], pads=[1, 1, 1, 1]),
+             helper.make_node("CumSum", ["c1", "axis1"], ["s"]),
+             helper.make_node("Conv", ["s", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c2"], ["y"])]
+    g = helper.make_graph(nodes, "resized",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8]),
+                           helper.make_tensor_value_info("hw", TensorProto.INT64, [2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2"),
+                           numpy_helper.from_array(np.array([1, 4], np.int64), "lead"),
+                           numpy_helper.from_array(np.array(1, np.int64), "axis1")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    model = autofusion.compile(m, backend="native")
+    (last,) = [n for n in model.plan.decisions if n.outputs[0].name == "y"]   # the conv and its ReLU
+    assert model.plan.decisions[last].impl.target == "native", model.plan
+    session = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    x = rng.standard_normal((1, 4, 8, 8)).astype(np.float32)
+    for hw in ((10, 12), (7, 9), (10, 12)):
+        feeds = {"x": x, "hw": np.array(hw, np.int64)}
+        np.testing.assert_allclose(model.run(feeds)["y"], session.run(None, feeds)[0], rtol=1e-4, atol=1e-4)
+
+
 def test_a_first_call_runs_steps_made_for_any_size_and_a_recurring_size_its_own(case, monkeypatch):
     """A set of sizes' first calls run a build whose products take their rows at run time (no
     code made for the sizes); its call number SPECIALISE_AT a build made for them. Both equal
