@@ -53,6 +53,18 @@ def test_a_2d_conv_transpose_equals_onnx_runtime(cin, cout, kernel, attrs):
     check(conv_transpose(cin, cout, kernel, (7, 9), **attrs), (1, cin, 7, 9))
 
 
+@pytest.mark.parametrize("cin, cout, spatial", [(512, 17, (14, 14)), (256, 128, (16, 16))])
+def test_a_wide_upsampling_avoids_onednn_s_faulty_brgemm_deconvolution(cin, cout, spatial):
+    """Keypoint R-CNN's heatmap head (512 -> 17, 4x4, stride 2): oneDNN 3.2's brgemm
+    deconvolution is off by ~5 there (a kernel longer than its stride); the runtime takes its
+    next implementation and says so."""
+    model = conv_transpose(cin, cout, (4, 4), spatial, strides=[2, 2], pads=[1, 1, 1, 1])
+    compiled = check(model, (1, cin, *spatial))
+    (part,) = compiled.program.native.values()
+    assert "brg_conv:" not in part.last.kernels[0]
+    assert any("not oneDNN's brgemm deconvolution" in c for c in part.last.choices[0]), part.last.choices
+
+
 @pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER"])
 @pytest.mark.parametrize("kernel, stride", [(3, 2), (4, 2), (5, 3), (2, 2)])
 def test_same_padding_makes_the_input_times_the_stride(auto_pad, kernel, stride):
