@@ -101,16 +101,38 @@ def test_roi_align(mode, transform, ratio, cpp_kernel):
 
 
 @pytest.mark.parametrize("mode", ["avg", "max"])
-def test_roi_align_of_many_regions(mode, cpp_kernel):
+@pytest.mark.parametrize("channels", [5, 24])
+def test_roi_align_of_many_regions(mode, channels, cpp_kernel):
     """Many regions over two images, of every size (sampling grids from none to 9 × 6, some
-    partly or wholly outside the image, some empty)."""
-    x = floats(2, 5, 23, 17)
+    partly or wholly outside the image, some empty); 24 channels: the C++ kernel reads the image
+    channels last."""
+    x = floats(2, channels, 23, 17)
     corner = RNG.uniform(-10, 25, (60, 2))
     rois = np.concatenate([corner, corner + RNG.uniform(0, 30, (60, 2)) * (RNG.random((60, 1)) > 0.1)], 1)
     batch = RNG.integers(0, 2, 60)
     model = one_node("RoiAlign", {"x": x}, {"rois": rois.astype(np.float32), "batch": batch}, 16,
                      mode=mode, output_height=3, output_width=5, spatial_scale=0.7)
     check(model, {"x": x}, rtol=1e-4, atol=1e-5, kernel=cpp_kernel)
+
+
+@pytest.mark.skipif(native.unavailable() is not None, reason="no C++ compiler")
+@pytest.mark.parametrize("mode", ["avg", "max"])
+def test_roi_align_channels_last_gives_each_channel_what_it_gets_alone(mode):
+    """The C++ kernel reads an image of 16 channels or more channels last, summing each bin over
+    all channels at once: every channel gets what it gets alone (one channel: read as a plane;
+    the vectorised sum may round its last bit otherwise)."""
+    import torch
+    x = torch.from_numpy(floats(2, 20, 15, 11))
+    corner = RNG.uniform(-4, 12, (30, 2))
+    rois = torch.from_numpy(np.concatenate([corner, corner + RNG.uniform(0, 9, (30, 2))], 1).astype(np.float32))
+    batch = torch.from_numpy(RNG.integers(0, 2, 30))
+    model = one_node("RoiAlign", {"x": x.numpy()}, {"rois": rois.numpy(), "batch": batch.numpy()}, 16,
+                     mode=mode, output_height=4, output_width=3, spatial_scale=0.8, sampling_ratio=0)
+    (node,) = autofusion.api.load(model).nodes
+    run = cpp_kernels.roi_align(node)
+    whole = run(x, rois, batch)
+    for c in range(x.shape[1]):
+        torch.testing.assert_close(whole[:, c:c + 1], run(x[:, c:c + 1], rois, batch), rtol=1e-6, atol=1e-6)
 
 
 def test_roi_align_of_no_regions_and_a_batch_index_outside_the_batch(cpp_kernel):

@@ -27,11 +27,11 @@ ROI_ALIGN_SOURCE = """// autofusion: RoiAlign, called from PyTorch
 #include "roi_align.h"
 
 extern "C" void af_roi_align(const float* x, const float* rois, const int64_t* batch, float* y,
-                             int64_t n_rois, int64_t channels, int64_t height, int64_t width,
+                             int64_t n_rois, int64_t images, int64_t channels, int64_t height, int64_t width,
                              int64_t out_h, int64_t out_w, int64_t sampling_ratio, float spatial_scale,
                              int half_pixel, int max_mode) {
   af::roi_align(x, rois, batch, y, n_rois, {channels, height, width, out_h, out_w, sampling_ratio,
-                                            spatial_scale, half_pixel != 0, max_mode != 0});
+                                            spatial_scale, half_pixel != 0, max_mode != 0}, images);
 }
 """
 
@@ -44,7 +44,7 @@ def _roi_align_entry():
         raise KernelBuildError(f"the C++ RoiAlign does not build: {e}") from None
     fn, i64, ptr = lib.af_roi_align, ctypes.c_int64, ctypes.c_void_p
     fn.restype = None
-    fn.argtypes = [ptr] * 4 + [i64] * 7 + [ctypes.c_float, ctypes.c_int, ctypes.c_int]
+    fn.argtypes = [ptr] * 4 + [i64] * 8 + [ctypes.c_float, ctypes.c_int, ctypes.c_int]
     return fn
 
 
@@ -139,7 +139,7 @@ def roi_align(node: Node):
         batch = batch_indices.to(torch.int64).contiguous()
         x, rois = x.contiguous(), rois.contiguous()
         y = x.new_empty(len(rois), x.shape[1], oh, ow)
-        entry(x.data_ptr(), rois.data_ptr(), batch.data_ptr(), y.data_ptr(), len(rois), *x.shape[1:], *attrs)
+        entry(x.data_ptr(), rois.data_ptr(), batch.data_ptr(), y.data_ptr(), len(rois), *x.shape, *attrs)
         return y
     return run
 
