@@ -230,6 +230,8 @@ class Program:
         body: list[Step] = []
         counter = 0
         failed: list[str] = []   # every node whose kernel cannot be built, named at once
+        owned = _owned_values(graph, keep)   # a kernel may write into these once they are made fresh
+        fresh: set[int] = set()
         for j, (nodes, reads, writes, fn_name, impl) in enumerate(steps):
             skip = ()
             if impl is None:
@@ -240,6 +242,11 @@ class Program:
                 try:
                     fn = namespace[fn_name] = impl.build(n)
                     skip = getattr(fn, "baked_inputs", ())   # constants the kernel captured itself
+                    into = getattr(fn, "into_input", None)
+                    if into is not None and reads and reads[0] is not None and id(reads[0]) in fresh:
+                        namespace[fn_name] = into   # its first input is a fresh tensor that dies here
+                    if getattr(fn, "fresh", False) and id(n) not in sized:   # (a memoized result lives on)
+                        fresh |= {id(v) for v in writes} & owned
                 except (KernelBuildError, NotImplementedError) as e:
                     failed.append(f"cannot build a kernel for {n.describe()}: {e}")
                 except Exception as e:  # noqa: BLE001 - a library refusing the node's attributes
@@ -364,6 +371,13 @@ def sizes_only(graph: Graph, plan: Plan) -> set[int]:
     the cleanup could compute from the inputs reads their Shapes already: passes.cleanup
     shapes_from_inputs). Their steps run first, before the steps they do not read."""
     return {id(n) for n in sizes_derived(graph) if plan.decisions[n].impl.target == "torch"}
+
+
+def _owned_values(graph: Graph, keep: set[int]) -> set[int]:
+    """The values one node reads and the call does not return: where a kernel made one fresh (a
+    tensor of its own, no view: `fresh` on the kernel), that reader may write into it
+    (`into_input`) — no one else sees it."""
+    return {id(v) for n in graph.nodes for v in n.outputs if len(v.uses) == 1 and id(v) not in keep}
 
 
 def _or_on_pytorch(native: Callable, part) -> Callable:

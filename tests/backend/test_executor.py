@@ -152,3 +152,51 @@ def test_a_value_made_from_sizes_is_kept_for_the_steps_after_the_ones_moved_firs
         y, n = model(x)
         np.testing.assert_array_equal(y, x)
         np.testing.assert_array_equal(n, [a, 3])
+
+
+def scatters_model(shared: bool, from_input: bool):
+    """zeros [6, 4] (or the input x), rows 1 and 4 scattered in, then rows 0 and 2 (torchvision's
+    multi-scale RoIAlign merges its levels so); shared: the zeros also read by a second scatter."""
+    start = "x" if from_input else "z"
+    nodes = [] if from_input else [helper.make_node("ConstantOfShape", ["shape"], ["z"])]
+    nodes += [helper.make_node("ScatterElements", [start, "i1", "u1"], ["s1"], axis=0),
+              helper.make_node("ScatterElements", ["s1", "i2", "u2"], ["y"], axis=0)]
+    outputs = ["y"]
+    if shared:
+        nodes.append(helper.make_node("ScatterElements", [start, "i2", "u2"], ["w"], axis=0))
+        outputs.append("w")
+    rows = lambda r: np.repeat(np.array(r, np.int64)[:, None], 4, 1)   # noqa: E731
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [6, 4])],
+                          [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
+                          [numpy_helper.from_array(np.array([6, 4], np.int64), "shape"),
+                           numpy_helper.from_array(rows([1, 4]), "i1"), numpy_helper.from_array(rows([0, 2]), "i2"),
+                           numpy_helper.from_array(np.ones((2, 4), np.float32), "u1"),
+                           numpy_helper.from_array(np.full((2, 4), 2, np.float32), "u2")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("shared, from_input", [(False, False), (True, False), (False, True)])
+def test_a_scatter_writes_into_a_fresh_tensor_only_where_no_one_else_reads_it(shared, from_input):
+    """A chain of ScatterElements into a ConstantOfShape writes in place (each scatter's copy of
+    the whole tensor saved); a tensor another node reads, or the caller's input, is copied."""
+    import onnxruntime as ort
+    m = scatters_model(shared, from_input)
+    x = np.random.default_rng(0).standard_normal((6, 4)).astype(np.float32)
+    kept = x.copy()
+    want = ort.InferenceSession(m.SerializeToString()).run(None, {"x": x})
+    for level in (0, 2):
+        got = autofusion.compile(m, level=level, backend="torch").run({"x": x})
+        for w, g in zip(want, got.values()):
+            np.testing.assert_array_equal(g, w)
+        np.testing.assert_array_equal(x, kept)
+
+
+@pytest.mark.parametrize("shared, in_place", [(False, [True, True]), (True, [False, True, False])])
+def test_which_scatters_run_in_place(shared, in_place):
+    """In place: each scatter whose first input is a fresh tensor only it reads (the zeros, or the
+    scatter before); the zeros a second scatter also reads are copied by both."""
+    compiled = autofusion.compile(scatters_model(shared, False), level=0, backend="torch")
+    kernels = [compiled.program.namespace[f"k{p.index}"] for p in compiled.plan.partitions
+               if p.nodes[0].op_type == "ScatterElements"]
+    # the out-of-place kernel offers its in-place form; the in-place form offers nothing
+    assert [getattr(k, "into_input", None) is None for k in kernels] == in_place

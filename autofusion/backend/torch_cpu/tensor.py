@@ -320,12 +320,21 @@ _REDUCE = {"add": "sum", "mul": "prod", "max": "amax", "min": "amin"}
 def _scatter_elements(node: Node) -> Kernel:
     axis, red = node.attr("axis", 0), node.attr("reduction", "none")
     if red == "none":
-        def run(x, i, u):
+        def scattered(x, i, u, into: bool):
             a = axis % max(x.dim(), 1)
             if _one_index_per_slice(x, i, u, a):   # whole slices: copied, not element by element
-                per_slice = i[tuple(slice(None) if d == a else 0 for d in range(i.dim()))]
-                return x.index_copy(a, _pos_index(per_slice, x.shape[a]), u)
-            return x.scatter(axis, _pos_index(i, x.shape[axis]), u)
+                per_slice = _pos_index(i[tuple(slice(None) if d == a else 0 for d in range(i.dim()))], x.shape[a])
+                return x.index_copy_(a, per_slice, u) if into else x.index_copy(a, per_slice, u)
+            at = _pos_index(i, x.shape[axis])
+            return x.scatter_(axis, at, u) if into else x.scatter(axis, at, u)
+
+        def run(x, i, u):
+            return scattered(x, i, u, False)
+        # where the executor owns x (a fresh tensor no one else reads: torchvision's multi-scale
+        # RoIAlign scatters its four levels into one zero tensor of 1,000 regions, 50 MB, which the
+        # copy of each scatter wrote four times over; 10 ms each)
+        run.into_input = lambda x, i, u: scattered(x, i, u, True)
+        run.fresh = True
         return run
     return lambda x, i, u: x.scatter_reduce(axis, _pos_index(i, x.shape[axis]), u, _REDUCE[red])
 
@@ -550,8 +559,11 @@ def _constant_of_shape(node: Node) -> Kernel:
     fill, dtype = v.item(), v.dtype
     shape = const_vals(node, 0)
     if shape is not None:
-        return lambda s: torch.full(shape, fill, dtype=dtype)
-    return lambda s: torch.full(ints_of(s), fill, dtype=dtype)
+        run = lambda s: torch.full(shape, fill, dtype=dtype)   # noqa: E731
+    else:
+        run = lambda s: torch.full(ints_of(s), fill, dtype=dtype)   # noqa: E731
+    run.fresh = True   # a tensor of its own: a reader that owns it may write into it
+    return run
 
 
 @kernel("Range")
