@@ -66,6 +66,7 @@ class Decision:
         self.ifs: list[Node] = []
         needed: set[Node] = set()
         self.by_value: set[Value] = set()
+        self._not: set[Node] = set()   # nodes found not computable (each looked at once)
         for node in graph.nodes:
             if is_control_flow(node) and node.op_type == "If":
                 nodes, inputs = set(), set()
@@ -88,14 +89,12 @@ class Decision:
             return False
         if node in nodes:
             return True
-        if node.domain != "" or is_control_flow(node) or not all(_small(o) for o in node.outputs):
-            return False
-        if node.op_type in ("Shape", "Size"):
-            if not _sized(node.inputs[0], self.symbols):
-                return False
-            nodes.add(node)
-            return True
-        if not all(x is None or (_small(x) and self._computable(x, nodes, inputs)) for x in node.inputs):
+        if node in self._not or node.domain != "" or is_control_flow(node) or \
+                not all(_small(o) for o in node.outputs) or \
+                (node.op_type in ("Shape", "Size") and not _sized(node.inputs[0], self.symbols)) or \
+                (node.op_type not in ("Shape", "Size") and
+                 not all(x is None or (_small(x) and self._computable(x, nodes, inputs)) for x in node.inputs)):
+            self._not.add(node)
             return False
         nodes.add(node)
         return True

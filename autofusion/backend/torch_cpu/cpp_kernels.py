@@ -36,16 +36,23 @@ extern "C" void af_roi_align(const float* x, const float* rois, const int64_t* b
 """
 
 
+I64, PTR, F32, FLAG = ctypes.c_int64, ctypes.c_void_p, ctypes.c_float, ctypes.c_int
+
+
 @functools.lru_cache(maxsize=None)
-def _roi_align_entry():
+def _entry(op: str, source: str, name: str, restype, argtypes: tuple):
+    """The C function `name` of `source`'s library, built unless cached."""
     try:
-        lib = ctypes.CDLL(str(kernel_library(toolchain(), ROI_ALIGN_SOURCE)))
+        lib = ctypes.CDLL(str(kernel_library(toolchain(), source)))
     except (NativeBuildError, OSError) as e:
-        raise KernelBuildError(f"the C++ RoiAlign does not build: {e}") from None
-    fn, i64, ptr = lib.af_roi_align, ctypes.c_int64, ctypes.c_void_p
-    fn.restype = None
-    fn.argtypes = [ptr] * 4 + [i64] * 8 + [ctypes.c_float, ctypes.c_int, ctypes.c_int]
+        raise KernelBuildError(f"the C++ {op} does not build: {e}") from None
+    fn = getattr(lib, name)
+    fn.restype, fn.argtypes = restype, list(argtypes)
     return fn
+
+
+def _roi_align_entry():
+    return _entry("RoiAlign", ROI_ALIGN_SOURCE, "af_roi_align", None, (PTR,) * 4 + (I64,) * 8 + (F32, FLAG, FLAG))
 
 
 NMS_SOURCE = """// autofusion: NonMaxSuppression, called from PyTorch
@@ -72,16 +79,9 @@ extern "C" int64_t af_nms(const float* boxes, const float* scores, int64_t batch
 """
 
 
-@functools.lru_cache(maxsize=None)
 def _nms_entry():
-    try:
-        lib = ctypes.CDLL(str(kernel_library(toolchain(), NMS_SOURCE)))
-    except (NativeBuildError, OSError) as e:
-        raise KernelBuildError(f"the C++ NonMaxSuppression does not build: {e}") from None
-    fn, i64, ptr, f32, flag = lib.af_nms, ctypes.c_int64, ctypes.c_void_p, ctypes.c_float, ctypes.c_int
-    fn.restype = i64
-    fn.argtypes = [ptr, ptr, i64, i64, i64, flag, f32, flag, f32, i64, ptr]
-    return fn
+    return _entry("NonMaxSuppression", NMS_SOURCE, "af_nms", I64,
+                  (PTR, PTR, I64, I64, I64, FLAG, F32, FLAG, F32, I64, PTR))
 
 
 def non_max_suppression(node: Node):
