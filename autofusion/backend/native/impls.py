@@ -507,7 +507,11 @@ def check_resize(node: Node) -> str | None:
     if mode == "linear":
         if ctm not in ("half_pixel", "pytorch_half_pixel"):
             return f"linear with {ctm}: oneDNN's coordinates are half_pixel"
-        if sizes is None and not (integer and scales is not None and all(float(int(s)) == s for s in scales)):
+        computed = node.input(3) is not None and node.input(3).const is None   # sizes from shapes
+        if computed and ctm != "half_pixel":
+            return "linear to computed sizes with pytorch_half_pixel (an output of 1 reads 0 there)"
+        if sizes is None and not computed and \
+                not (integer and scales is not None and all(float(int(s)) == s for s in scales)):
             return "linear by scales that are not the ratio of the sizes"
         return None
     return f"mode {mode}: oneDNN resamples nearest and linear"

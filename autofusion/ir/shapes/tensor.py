@@ -260,8 +260,9 @@ def _scaled(d: Dim, scale: float) -> Dim:
 
 
 def _resize(node: Node):
-    """Resize/Upsample with constant sizes (taken as they are, policy "stretch") or constant
-    scales (floor(d · scale)); anything else leaves the rank only."""
+    """Resize/Upsample with sizes (taken as they are, policy "stretch": constant, or computed
+    from shapes the way exporters write an upsampling to another tensor's size, ir.dims
+    shape_value) or constant scales (floor(d · scale)); anything else leaves the rank only."""
     x = node.inputs[0]
     if x.shape is None:
         return [(None, x.dtype)]
@@ -276,10 +277,11 @@ def _resize(node: Node):
         if node.attr("coordinate_transformation_mode") == "tf_crop_and_resize":
             return unknown   # the output size depends on roi
         sv, zv = node.input(2), node.input(3)
-        if (sv is not None and sv.const is None) or (zv is not None and zv.const is None):
+        computed = zv is not None and zv.const is None
+        if (sv is not None and sv.const is None) or (computed and shape_value(zv) is None):
             return unknown
         scales = sv.const.reshape(-1).tolist() if sv is not None and sv.const.size else None
-        sizes = const_ints(zv) if zv is not None and zv.const.size else None
+        sizes = shape_value(zv) if computed else const_ints(zv) if zv is not None and zv.const.size else None
         axes = [normalize_axis(a, rank) for a in node.attr("axes") or range(rank)]
         if sizes is not None and node.attr("keep_aspect_ratio_policy", "stretch") != "stretch":
             return unknown

@@ -59,6 +59,36 @@ def test_resize_to_given_sizes_linear_is_native():
     equals_onnx_runtime(m, [(1, 4, 7, 9)])
 
 
+def upsampled_to_the_input(ctm: str) -> onnx.ModelProto:
+    """x [1, 4, h, w] -> a strided 3x3 convolution -> upsampled (linear) back to x's own h and w,
+    the sizes a Concat of Shape slices (how torchvision's segmentation heads are exported)."""
+    w = RNG.standard_normal((4, 4, 3, 3)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], strides=[2, 2], pads=[1, 1, 1, 1]),
+             helper.make_node("Shape", ["x"], ["sx"]), helper.make_node("Shape", ["c"], ["sc"]),
+             helper.make_node("Slice", ["sc", "zero", "two"], ["nc"]),
+             helper.make_node("Slice", ["sx", "two", "four"], ["hw"]),
+             helper.make_node("Concat", ["nc", "hw"], ["sizes"], axis=0),
+             helper.make_node("Resize", ["c", "", "", "sizes"], ["y"], name="resize", mode="linear",
+                              coordinate_transformation_mode=ctm)]
+    g = helper.make_graph(nodes, "up", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, "h", "w"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(w, "w")] +
+                          [numpy_helper.from_array(np.array([k], np.int64), n) for n, k in (("zero", 0), ("two", 2), ("four", 4))])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
+
+
+def test_resize_to_sizes_computed_from_shapes_is_native_at_every_size():
+    """The sizes are dims the shape rules know ([1, 4, h, w]): the output has that shape, and
+    oneDNN's resampling computes it (the ratio of the sizes, half_pixel)."""
+    model = equals_onnx_runtime(upsampled_to_the_input("half_pixel"), [(1, 4, 12, 10), (1, 4, 7, 9), (1, 4, 5, 16)])
+    assert "onednn" in plan_line(model, "Resize") and "float[1,4,h,w]" in plan_line(model, "Resize")
+
+
+def test_resize_to_computed_sizes_with_pytorch_half_pixel_stays_on_pytorch():
+    model = equals_onnx_runtime(upsampled_to_the_input("pytorch_half_pixel"), [(1, 4, 12, 10), (1, 4, 1, 3)])
+    assert "an output of 1 reads 0 there" in str(model.plan)
+
+
 @pytest.mark.parametrize("attrs, consts, why", [
     ({"mode": "nearest"}, {"scales": np.array([1, 1, 1.5, 1.5], np.float32)}, "not an integer"),
     ({"mode": "nearest", "coordinate_transformation_mode": "asymmetric", "nearest_mode": "round_prefer_floor"},
