@@ -8,6 +8,13 @@ converted to torch tensors once. Values are dropped (`del`) right after their la
 live set. No per-op lookup happens at call time. When a kernel raises, the traceback's line in
 the generated code tells which node failed, and the error names it.
 
+A size the inputs do not give but a PyTorch step's result shows (a Resize to computed sizes) is
+added to `_sizes` on the line after that step, for the native partitions after it
+(lower.run_time_sizes). A native partition whose sizes make an empty tensor runs its nodes on
+PyTorch's kernels for that call (_or_on_pytorch). A kernel that can write into its first input
+(`into_input`: ScatterElements) does so where that input is a tensor a kernel made afresh
+(`fresh`: ConstantOfShape, a scatter) that nothing else reads, returns or memoizes.
+
 Profiling (profiling.py) asks for a second function from the same lines, made only then, with a
 clock read around each step; the plain function stays as it is, so a call that is not profiled
 costs one attribute test more.
