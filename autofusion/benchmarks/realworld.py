@@ -4,7 +4,8 @@ exporter — each at one or more sizes:
 
     correct   autofusion at levels 0 and 2 against ONNX Runtime (max|Δ| / max|ref| over the outputs)
     speed     autofusion L2, ORT (all optimisations) and OpenVINO f32 side by side, alternating in
-              blocks of runs over rounds (measure.py); L2 against the faster peer, round by round
+              blocks of runs over rounds (measure.py; a block at least 20 ms long, more runs for a
+              fast model); L2 against the faster peer, round by round
     work      the model's GFLOP at that size (convolutions, products, attention: fusion/cost.py),
               L2's GFLOP/s, and the share of L2's run inside native steps (oneDNN primitives, the
               runtime's loops, generated kernels) against everything else (PyTorch nodes, the
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import subprocess
 import sys
 import time
@@ -77,6 +79,27 @@ def native_share(model, feeds: dict) -> float:
     return sum(n.seconds for n in found.nodes if n.where.startswith("native")) / found.profiled
 
 
+BLOCK_S = 0.02   # a block of runs lasts at least this long
+
+
+def block_for(ready: dict, least: int) -> int:
+    """Runs a block: `least`, or more where the slowest system's call is so short that a block
+    of `least` would be mostly the wake-up after the pause between blocks (Silero VAD's 50 µs
+    call swung ±30% between runs at 5); at most 200."""
+    slowest = 0.0
+    for run in ready.values():
+        try:
+            times = []
+            for _ in range(7):
+                start = time.perf_counter()
+                run()
+                times.append(time.perf_counter() - start)
+            slowest = max(slowest, float(np.median(times)))
+        except Exception:  # noqa: BLE001 - the timing names a failing system itself
+            continue
+    return max(least, min(200, math.ceil(BLOCK_S / slowest))) if slowest > 0 else least
+
+
 def run_entry(entry: Entry, out: Path, args) -> list[dict]:
     try:
         path = str(exported(entry, out))
@@ -115,9 +138,10 @@ def run_entry(entry: Entry, out: Path, args) -> list[dict]:
                 row["plan"] = plan.summary()
                 row["gflop"] = round(gflop(import_onnx(path), feeds), 3)
                 row["in_native_steps"] = round(native_share(system.model, feeds), 3)
-        times = time_in_blocks(ready, rounds=args.rounds, block=args.block, warmup=args.warmup, pause_s=0.2,
+        block = row["block"] = block_for(ready, args.block)
+        times = time_in_blocks(ready, rounds=args.rounds, block=block, warmup=args.warmup, pause_s=0.2,
                                describe_error=short_error)
-        rounds = {k: timing.round_medians(v, args.block) for k, v in times.samples.items() if v}
+        rounds = {k: timing.round_medians(v, block) for k, v in times.samples.items() if v}
         row["median_ms"] = {k: float(np.median(v)) for k, v in rounds.items()}
         if "gflop" in row and "autofusion L2" in row["median_ms"]:
             row["l2_gflop_per_s"] = round(row["gflop"] / (row["median_ms"]["autofusion L2"] / 1e3), 1)
