@@ -16,7 +16,9 @@ run as one generated kernel.
                    structure per region; a reshape keeps the space indexable) and (c) the region
                    stays within the size limits; failing every producer's, it joins on the same
                    terms a sibling: the last region reading one of its inputs (a norm's E[x]
-                   and E[x²]); otherwise it starts a region of its own
+                   and E[x²]); otherwise it starts a region of its own. Once it has joined,
+                   its other producers' regions merge into that one where the same terms hold
+                   for both together (two chains meeting at an Add: |a|² + |b|²)
     3. keep        a region is kept when the cost model says one kernel beats its ops one by
                    one (a single op never does); the others dissolve
     4. rewrite     each kept region becomes one Region node whose body is a copy of its ops
@@ -209,7 +211,7 @@ def plan_regions(graph: Graph, max_nodes: int = MAX_NODES, max_inputs: int = MAX
         else:
             why.pop(n, None)
             for other in sorted(tried - {joined}, key=lambda r: -r.first):
-                merged = _merged(joined, other, n, pos, group, max_nodes, max_inputs)
+                merged = _merged(joined, other, pos, group, max_nodes, max_inputs)
                 if merged is not None:
                     for m in other.nodes:
                         group[m] = joined
@@ -258,9 +260,9 @@ MERGED_NODES = 16    # a region merged into the one its reader joined has at mos
 MERGING_NODES = 256  # and that one at most this many: a merge re-lays the space out (bounded work)
 
 
-def _merged(r: Region, other: Region, n: Node, pos: dict[Node, int], group: dict[Node, Region],
+def _merged(r: Region, other: Region, pos: dict[Node, int], group: dict[Node, Region],
             max_nodes: int, max_inputs: int) -> tuple | None:
-    """Region r (which n just joined) and `other`, another producer's region of n, as one: its
+    """Region r (which a node just joined) and `other`, another of its producers' regions, as one: its
     nodes, first position, space and inputs; None where that could make a cycle, breaks the
     space or the limits. Two chains that meet (|a|² + |b|², two branches into one Add) are one
     kernel so. Safe as a join is (the top of this file): every producer from outside both
