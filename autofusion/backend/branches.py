@@ -33,6 +33,7 @@ from ..ir.dtypes import DType
 from ..ir.graph import copied
 from ..ir.symbolic import evaluate, symbols
 from .executor import evaluate_node, to_numpy
+from .specialise import symbolic_dims
 
 SMALL = 64          # elements of a value a decision computes or reads by value, at most
 KEEP = 64           # sets of input shapes and values remembered with the model they pick
@@ -62,7 +63,7 @@ class Decision:
 
     def __init__(self, graph: Graph):
         self.graph = graph
-        self.symbols = {d for v in graph.inputs for d in (v.shape or ()) if isinstance(d, str)}
+        self.symbols = symbolic_dims(graph)
         self.ifs: list[Node] = []
         needed: set[Node] = set()
         self.by_value: set[Value] = set()

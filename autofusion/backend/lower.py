@@ -163,13 +163,13 @@ def lower(graph: Graph, backend: str = "auto", native_unavailable: str | None = 
         for n, d in decisions.items():
             if d.impl.reduced and n.name not in keep_fp32:
                 d.precision = "bf16"
-    for n in sizes_derived(graph):   # once per set of sizes on PyTorch (executor.SizesMemo), not each call
+    ahead = set(sizes_derived(graph))
+    for n in ahead:   # once per set of sizes on PyTorch (executor.SizesMemo), not each call
         if decisions[n].impl.target == "native":
             d = decisions[n] = choose(n, ("torch",))
             d.refused.insert(0, ("onednn", "it depends on the inputs' sizes alone: computed once per set of "
                                            "sizes, ahead of the run"))
     inputs_give = {d for v in graph.inputs for d in v.shape or () if isinstance(d, str)}
-    ahead = set(sizes_derived(graph))
     while True:   # each round leaves a node whose sizes no one gives to PyTorch; rarely a second
         needed = needed_at_run_time(graph, decisions)   # a node moved to PyTorch reads all its inputs
         order = schedule(graph, {n: d.impl.target for n, d in decisions.items()}, needed)

@@ -98,3 +98,21 @@ def test_an_int8_block_declares_its_integers_and_calls_the_int8_steps():
     optimize(graph, 1, [], evaluate_node)
     code = emit_model(lower(graph, "native"), "qdq_block")
     assert_snapshot(code.text() + "\n", "int8_residual_block.txt")
+
+
+def padded() -> Graph:
+    """x [1, 2, 512] padded by reflection (an STFT's frame, Silero VAD), then by zeros."""
+    g = Graph("padded", {"": 21})
+    x = g.add_input("x", (1, 2, 512), DType.FLOAT)
+    op = GraphBuilder(g)
+    pads = lambda *p: op.constant(np.array(p, np.int64), "pads")   # noqa: E731
+    r = op.Pad(x, pads(0, 0, 64, 0, 0, 0), mode="reflect")
+    z = op.Pad(r, pads(0, 1, 0, 0, 1, 0))
+    r.shape, z.shape, r.dtype, z.dtype = (1, 2, 576), (1, 4, 576), DType.FLOAT, DType.FLOAT
+    g.outputs = [z]
+    return g
+
+
+def test_a_pad_by_reflection_is_the_runtimes_pad_from_input_call():
+    code = emit_model(lower(padded(), "native"), "padded")
+    assert_snapshot(code.text() + "\n", "padded.txt")

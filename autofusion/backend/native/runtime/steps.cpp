@@ -282,7 +282,7 @@ void Partition::deconv(int dst, int src, int w, int b, const Dims& strides, cons
     for (const Dims* d : std::initializer_list<const Dims*>{&m.val(src).shape, &kernel, &strides, &dilations,
                                                           &pad_begin, &pad_end})
       for (int64_t n : *d) key << n << ',';
-    key << groups << ',' << int(m.compute) << ',' << (b >= 0);
+    key << groups << ',' << int(m.compute) << ',' << int(m.result_type(dst)) << ',' << (b >= 0);
     std::lock_guard<std::mutex> held(lock);
     auto found = agrees.find(key.str());
     if (found == agrees.end())
